@@ -1,0 +1,136 @@
+// CTF byte-level rules shared by the indexer and the parser, and their public entry points.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "number.hpp"
+
+namespace cntkio::ctf {
+
+// Column delimiters: space, tab and every control byte except '\n'. Bytes >= 0x80 are data (UTF-8).
+inline bool is_delimiter(unsigned char c) { return c == ' ' || (c < 0x20 && c != '\n'); }
+// An input name ends at a space, tab, '|' or control byte.
+inline bool is_name_byte(unsigned char c) { return c > 0x20 && c != '|'; }
+inline bool is_space(unsigned char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
+enum class IdMode : int { line = 0, numeric = 1, text = 2 };
+
+// Error kinds reported to Python (keep in sync with cntkio.formats.ctf.ErrorKind).
+enum ErrorKind : int32_t {
+  kBadNumber = 1,
+  kTooManyValues = 2,
+  kBadSparseIndex = 3,
+  kIndexOutOfRange = 4,
+  kMissingColon = 5,
+  kBadNamePrefix = 6,
+  kUnexpectedByte = 7,
+  kDuplicateInput = 8,
+  kEmptyRow = 9,
+  kValueOutOfRange = 10,
+  kMissingInput = 11,
+};
+
+struct ErrorRecord {
+  int64_t offset;    // absolute byte offset in the file
+  int32_t kind;      // ErrorKind
+  int32_t stream;    // stream index or -1
+  int64_t sequence;  // sequence index (within the call)
+};
+
+struct Alias {
+  std::string name;
+  bool sparse = false;
+  uint64_t dim = 0;
+};
+
+// Finds the configured stream whose alias is [name, name+len), or -1.
+inline int find_alias(const std::vector<Alias>& aliases, const char* name, size_t len) {
+  for (size_t i = 0; i < aliases.size(); ++i) {
+    const std::string& a = aliases[i].name;
+    if (a.size() == len && a.compare(0, len, name, len) == 0) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// Skips the sequence id at the start of a row: digits in line and numeric mode (CNTK drops them in
+// every mode), or a whole token up to whitespace or '|' in text mode.
+inline const char* skip_row_id(const char* p, const char* end, IdMode mode) {
+  if (mode == IdMode::text) {
+    while (p < end && !is_space(static_cast<unsigned char>(*p)) && *p != '|') ++p;
+  } else {
+    while (p < end && static_cast<unsigned>(*p - '0') < 10u) ++p;
+  }
+  return p;
+}
+
+// Advances to the next '|' or '\n' (or end).
+inline const char* skip_to_bar_or_newline(const char* p, const char* end) {
+  while (p < end && *p != '|' && *p != '\n') ++p;
+  return p;
+}
+
+struct IndexOptions {
+  IdMode mode = IdMode::numeric;
+  std::vector<Alias> aliases;
+  int defining_stream = -1;    // stream with definesMBSize, or -1
+  bool count_lines = false;    // compat: index length = physical line count (CNTK)
+  bool keep_empty_lines = false;  // compat: blank/comment-only lines are sequences in line mode
+  bool require_all_inputs = true;
+};
+
+struct IndexResult {
+  std::vector<int64_t> offsets, ends, lengths, first_lines;
+  std::vector<uint64_t> keys;       // numeric keys (line number in line mode)
+  std::vector<int32_t> key_lengths; // text mode: byte length of the id token at offsets[i]
+  std::vector<uint8_t> valid;       // 0: sequence has a counted error (missing input)
+  std::vector<ErrorRecord> errors;
+  int64_t dropped_lines = 0;        // lines without the defining stream, or empty (line mode)
+  int64_t dropped_sequences = 0;    // id-mode sequences without the defining stream
+  int64_t total_lines = 0;
+  std::string fatal;                // non-empty: fatal error message
+  int64_t fatal_offset = -1;
+};
+
+// Indexes data[begin, size): `begin` is past a BOM and leading whitespace, `first_line` its line.
+IndexResult build_index(const char* data, int64_t begin, int64_t size, int64_t first_line,
+                        const IndexOptions& options);
+
+// Greedy chunking: returns the first sequence index of every chunk.
+std::vector<int64_t> chunk_starts(const int64_t* offsets, const int64_t* ends, int64_t n, int64_t limit);
+
+struct ParseOptions {
+  IdMode mode = IdMode::numeric;
+  std::vector<Alias> aliases;
+  bool sort_sparse = true;  // sort indices and sum duplicates (CNTK keeps file order)
+};
+
+template <class T>
+struct StreamBuffers {
+  std::vector<T> values;
+  std::vector<int32_t> indices;       // sparse only
+  std::vector<int64_t> indptr{0};     // sparse only: per-sample entry offsets
+  std::vector<int64_t> seq_offsets{0};  // per-sequence sample offsets
+  int64_t samples = 0;
+};
+
+struct ParseStats {
+  int64_t padded_samples = 0, first_padded_offset = -1;
+  int64_t unknown_inputs = 0, first_unknown_offset = -1;
+};
+
+template <class T>
+struct ParseResult {
+  std::vector<StreamBuffers<T>> streams;
+  std::vector<ErrorRecord> errors;
+  ParseStats stats;
+};
+
+// Parses the sequences [starts[i], ends[i]) of `data` (offsets relative to data, whose first
+// byte is at absolute file offset `base`).
+template <class T>
+ParseResult<T> parse_sequences(const char* data, int64_t base, const int64_t* starts,
+                               const int64_t* ends, int64_t n, const ParseOptions& options);
+
+}  // namespace cntkio::ctf

@@ -1,0 +1,240 @@
+// CTF parser: turns the byte ranges of sequences into flat per-stream buffers.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "ctf.hpp"
+
+namespace cntkio::ctf {
+
+namespace {
+
+// A value ends at a space, '|', or any control byte (tab, '\r', '\n', ...).
+inline bool ends_value(unsigned char c) { return c == ' ' || c == '|' || c < 0x20; }
+inline bool is_blank(unsigned char c) { return c == ' ' || c == '\t'; }
+
+template <class T>
+class Parser {
+ public:
+  Parser(const char* data, int64_t base, const ParseOptions& options)
+      : data_(data), base_(base), options_(options), row_mark_(options.aliases.size(), 0) {
+    result_.streams.resize(options.aliases.size());
+  }
+
+  ParseResult<T> run(const int64_t* starts, const int64_t* ends, int64_t n) {
+    for (sequence_ = 0; sequence_ < n; ++sequence_) {
+      const char* p = data_ + starts[sequence_];
+      const char* end = data_ + ends[sequence_];
+      while (p < end) p = row(p, end);
+      for (auto& stream : result_.streams) stream.seq_offsets.push_back(stream.samples);
+    }
+    return std::move(result_);
+  }
+
+ private:
+  const char* row(const char* p, const char* end) {
+    ++row_id_;
+    const char* row_start = p;
+    p = skip_row_id(p, end, options_.mode);
+    bool any_valid = false;
+    bool any_failed = false;
+    while (true) {
+      while (p < end && is_delimiter(static_cast<unsigned char>(*p))) ++p;
+      if (p >= end) break;
+      if (*p == '\n') {
+        ++p;
+        break;
+      }
+      if (*p != '|') {
+        fail(kUnexpectedByte, p, -1);
+        any_failed = true;
+        p = skip_to_bar_or_newline(p, end);
+        continue;
+      }
+      const char* bar = p++;
+      if (p < end && *p == '#') {
+        p = skip_to_bar_or_newline(p + 1, end);
+        continue;
+      }
+      const char* name = p;
+      while (p < end && is_name_byte(static_cast<unsigned char>(*p))) ++p;
+      if (p == name) {
+        fail(kBadNamePrefix, p, -1);
+        any_failed = true;
+        p = skip_to_bar_or_newline(p, end);
+        continue;
+      }
+      const int stream = find_alias(options_.aliases, name, static_cast<size_t>(p - name));
+      if (stream < 0) {
+        note(result_.stats.unknown_inputs, result_.stats.first_unknown_offset, bar);
+        p = skip_to_bar_or_newline(p, end);
+        continue;
+      }
+      if (row_mark_[stream] == row_id_) {
+        fail(kDuplicateInput, bar, stream);
+        any_failed = true;
+        p = skip_to_bar_or_newline(p, end);
+        continue;
+      }
+      row_mark_[stream] = row_id_;
+      const bool ok = options_.aliases[stream].sparse ? sparse_sample(p, end, stream)
+                                                      : dense_sample(p, end, stream, bar);
+      any_valid |= ok;
+      any_failed |= !ok;
+    }
+    if (any_failed && !any_valid) fail(kEmptyRow, row_start, -1);
+    return p;
+  }
+
+  // Scans the value at p; on success stores it in `out` and advances p.
+  bool value(const char*& p, const char* end, int stream, T& out) {
+    double parsed = 0.0;
+    const char* next = p;
+    const NumberStatus status = scan_number(p, end, parsed, &next);
+    if (status == NumberStatus::out_of_range) {
+      fail(kValueOutOfRange, p, stream);
+      return false;
+    }
+    if (status != NumberStatus::ok || (next < end && !ends_value(static_cast<unsigned char>(*next)))) {
+      fail(kBadNumber, next, stream);
+      return false;
+    }
+    out = static_cast<T>(parsed);
+    if (std::isinf(out)) {
+      fail(kValueOutOfRange, p, stream);
+      return false;
+    }
+    p = next;
+    return true;
+  }
+
+  bool dense_sample(const char*& p, const char* end, int stream, const char* bar) {
+    StreamBuffers<T>& buffers = result_.streams[stream];
+    const uint64_t dim = options_.aliases[stream].dim;
+    const size_t start = buffers.values.size();
+    buffers.values.resize(start + dim);
+    T* out = buffers.values.data() + start;
+    uint64_t count = 0;
+    while (true) {
+      while (p < end && is_blank(static_cast<unsigned char>(*p))) ++p;
+      if (p >= end || ends_value(static_cast<unsigned char>(*p))) break;
+      if (count == dim) {
+        fail(kTooManyValues, bar, stream);
+        return reject(buffers, start, p, end);
+      }
+      if (!value(p, end, stream, out[count])) return reject(buffers, start, p, end);
+      ++count;
+    }
+    if (count < dim) note(result_.stats.padded_samples, result_.stats.first_padded_offset, bar);
+    ++buffers.samples;
+    return true;
+  }
+
+  bool sparse_sample(const char*& p, const char* end, int stream) {
+    StreamBuffers<T>& buffers = result_.streams[stream];
+    const uint64_t dim = options_.aliases[stream].dim;
+    const size_t start = buffers.values.size();
+    while (true) {
+      while (p < end && is_blank(static_cast<unsigned char>(*p))) ++p;
+      if (p >= end || ends_value(static_cast<unsigned char>(*p))) break;
+      const char* index_start = p;
+      uint64_t index = 0;
+      bool overflow = false;
+      for (; p < end && is_digit(static_cast<unsigned char>(*p)); ++p) {
+        const uint64_t digit = static_cast<uint64_t>(*p - '0');
+        overflow |= index > (UINT64_MAX - digit) / 10;
+        index = index * 10 + digit;
+      }
+      if (p == index_start || overflow) {
+        fail(kBadSparseIndex, index_start, stream);
+        return reject(buffers, start, p, end);
+      }
+      if (p >= end || *p != ':') {
+        fail(kMissingColon, p, stream);
+        return reject(buffers, start, p, end);
+      }
+      if (index >= dim) {
+        fail(kIndexOutOfRange, index_start, stream);
+        return reject(buffers, start, p, end);
+      }
+      ++p;
+      T v{};
+      if (p >= end) {
+        fail(kBadNumber, p, stream);
+        return reject(buffers, start, p, end);
+      }
+      if (!value(p, end, stream, v)) return reject(buffers, start, p, end);
+      buffers.indices.push_back(static_cast<int32_t>(index));
+      buffers.values.push_back(v);
+    }
+    if (options_.sort_sparse) canonicalize(buffers, start);
+    buffers.indptr.push_back(static_cast<int64_t>(buffers.values.size()));
+    ++buffers.samples;
+    return true;
+  }
+
+  // Sorts the entries of the last sparse sample by index and sums duplicates.
+  static void canonicalize(StreamBuffers<T>& buffers, size_t start) {
+    const size_t end = buffers.values.size();
+    bool sorted = true;
+    for (size_t k = start + 1; k < end && sorted; ++k) sorted = buffers.indices[k - 1] < buffers.indices[k];
+    if (sorted) return;
+    std::vector<size_t> order(end - start);
+    std::iota(order.begin(), order.end(), start);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return buffers.indices[a] < buffers.indices[b]; });
+    std::vector<int32_t> indices;
+    std::vector<T> values;
+    for (size_t k : order) {
+      if (!indices.empty() && indices.back() == buffers.indices[k]) {
+        values.back() += buffers.values[k];
+      } else {
+        indices.push_back(buffers.indices[k]);
+        values.push_back(buffers.values[k]);
+      }
+    }
+    buffers.indices.resize(start);
+    buffers.values.resize(start);
+    buffers.indices.insert(buffers.indices.end(), indices.begin(), indices.end());
+    buffers.values.insert(buffers.values.end(), values.begin(), values.end());
+  }
+
+  // Drops a failed sample's values and skips the rest of it.
+  static bool reject(StreamBuffers<T>& buffers, size_t start, const char*& p, const char* end) {
+    buffers.values.resize(start);
+    if (buffers.indices.size() > start) buffers.indices.resize(start);
+    p = skip_to_bar_or_newline(p, end);
+    return false;
+  }
+
+  void fail(ErrorKind kind, const char* at, int stream) {
+    result_.errors.push_back({base_ + (at - data_), kind, stream, sequence_});
+  }
+
+  void note(int64_t& count, int64_t& first_offset, const char* at) {
+    if (count++ == 0) first_offset = base_ + (at - data_);
+  }
+
+  const char* data_;
+  int64_t base_;
+  const ParseOptions& options_;
+  std::vector<int64_t> row_mark_;  // row id on which each stream was last seen
+  int64_t row_id_ = 0;
+  int64_t sequence_ = 0;
+  ParseResult<T> result_;
+};
+
+}  // namespace
+
+template <class T>
+ParseResult<T> parse_sequences(const char* data, int64_t base, const int64_t* starts,
+                               const int64_t* ends, int64_t n, const ParseOptions& options) {
+  return Parser<T>(data, base, options).run(starts, ends, n);
+}
+
+template ParseResult<float> parse_sequences<float>(const char*, int64_t, const int64_t*, const int64_t*,
+                                                   int64_t, const ParseOptions&);
+template ParseResult<double> parse_sequences<double>(const char*, int64_t, const int64_t*, const int64_t*,
+                                                     int64_t, const ParseOptions&);
+
+}  // namespace cntkio::ctf
