@@ -1,1 +1,44 @@
-"""cntkio."""
+"""cntkio: CNTK's data readers (CTF and friends) as a fast, modern Python library.
+
+Drop-in for ``cntk.io``: ``from cntkio import MinibatchSource, CTFDeserializer, StreamDef, StreamDefs``.
+"""
+
+from .deserializer import ChunkIndex, DenseStream, Deserializer, SparseStream
+from .errors import CNTKIOError, ConfigError, FormatError, Location, MaxErrorsExceeded
+from .formats.ctf import CTFDeserializer
+from .minibatch import MinibatchData
+from .source import (
+    DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS,
+    FULL_DATA_SWEEP,
+    INFINITELY_REPEAT,
+    MinibatchSource,
+    TraceLevel,
+)
+from .streams import Record, StreamDef, StreamDefs, StreamInformation
+from .writer import sequence_to_cntk_text_format
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS",
+    "FULL_DATA_SWEEP",
+    "INFINITELY_REPEAT",
+    "CNTKIOError",
+    "CTFDeserializer",
+    "ChunkIndex",
+    "ConfigError",
+    "DenseStream",
+    "Deserializer",
+    "FormatError",
+    "Location",
+    "MaxErrorsExceeded",
+    "MinibatchData",
+    "MinibatchSource",
+    "Record",
+    "SparseStream",
+    "StreamDef",
+    "StreamDefs",
+    "StreamInformation",
+    "TraceLevel",
+    "sequence_to_cntk_text_format",
+]

@@ -1,0 +1,150 @@
+"""``MinibatchData``: one stream of one minibatch, as flat buffers with cheap views on top."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import scipy.sparse
+
+from .streams import StreamInformation
+
+
+def _exclusive_cumsum(lengths: np.ndarray) -> np.ndarray:
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets
+
+
+class MinibatchData:
+    """The samples of one stream in a minibatch (``cntk.io.MinibatchData``).
+
+    Samples of all sequences are stored back to back: ``values`` is ``(num_samples, *shape)`` for
+    dense streams; sparse streams hold CSR arrays (``values``, ``indices``, ``indptr``) with one row
+    per sample. ``sequence_lengths`` splits the samples into sequences.
+    """
+
+    def __init__(
+        self,
+        info: StreamInformation,
+        values: np.ndarray,
+        sequence_lengths: np.ndarray,
+        end_of_sweep: bool,
+        indices: np.ndarray | None = None,
+        indptr: np.ndarray | None = None,
+        keys: list[Any] | None = None,
+    ):
+        self.info = info
+        self.values = values
+        self.indices = indices
+        self.indptr = indptr
+        self.sequence_lengths = np.asarray(sequence_lengths, dtype=np.int64)
+        self.end_of_sweep = bool(end_of_sweep)
+        self.keys = keys
+
+    # --- counts (cntk.io names and their aliases) ---------------------------------------------
+    @property
+    def num_sequences(self) -> int:
+        return len(self.sequence_lengths)
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.sequence_lengths.sum())
+
+    number_of_sequences = num_sequences
+    number_of_samples = num_samples
+
+    @property
+    def sweep_end(self) -> bool:
+        return self.end_of_sweep
+
+    def __len__(self) -> int:
+        return self.num_sequences
+
+    @property
+    def is_sparse(self) -> bool:
+        return self.info.is_sparse
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        return self.info.shape
+
+    @property
+    def max_length(self) -> int:
+        return int(self.sequence_lengths.max()) if self.num_sequences else 0
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Shape of the padded array: ``(num_sequences, max_length, *sample_shape)``."""
+        return (self.num_sequences, self.max_length, *self.sample_shape)
+
+    @cached_property
+    def sequence_offsets(self) -> np.ndarray:
+        """Offsets of each sequence's first sample in the flat buffers (length num_sequences + 1)."""
+        return _exclusive_cumsum(self.sequence_lengths)
+
+    # --- views ----------------------------------------------------------------------------------
+    @property
+    def data(self) -> np.ndarray:
+        """Same as :meth:`asarray`."""
+        return self.asarray()
+
+    def _positions(self) -> tuple[np.ndarray, np.ndarray]:
+        lengths = self.sequence_lengths
+        rows = np.repeat(np.arange(self.num_sequences), lengths)
+        steps = np.arange(self.num_samples) - np.repeat(self.sequence_offsets[:-1], lengths)
+        return rows, steps
+
+    def asarray(self) -> np.ndarray:
+        """Dense padded array ``[num_sequences, max_length, *shape]``; padding is zero.
+
+        Sparse streams are densified (use :attr:`csr` or :meth:`as_sequences` to stay sparse).
+        """
+        out = np.zeros(self.shape, dtype=self.values.dtype)
+        if self.num_samples == 0:
+            return out
+        rows, steps = self._positions()
+        if self.is_sparse:
+            assert self.indptr is not None and self.indices is not None
+            flat = out.reshape(-1, *self.sample_shape)
+            entry_rows = np.repeat(rows * self.max_length + steps, np.diff(self.indptr))
+            flat[entry_rows, self.indices] = self.values
+        else:
+            out[rows, steps] = self.values
+        return out
+
+    @property
+    def mask(self) -> np.ndarray:
+        """``(num_sequences, max_length)`` uint8: 2 = sequence start, 1 = valid, 0 = padding."""
+        mask = np.zeros((self.num_sequences, self.max_length), dtype=np.uint8)
+        if self.num_samples:
+            rows, steps = self._positions()
+            mask[rows, steps] = 1
+            mask[self.sequence_lengths > 0, 0] = 2
+        return mask
+
+    @property
+    def csr(self) -> scipy.sparse.csr_matrix:
+        """Sparse streams: every sample as one CSR row, ``(num_samples, dim)``, sharing memory."""
+        if not self.is_sparse:
+            raise TypeError(f"stream '{self.info.name}' is dense; use .values or .asarray()")
+        return scipy.sparse.csr_matrix(
+            (self.values, self.indices, self.indptr), shape=(self.num_samples, self.sample_shape[0]), copy=False
+        )
+
+    def as_sequences(self, variable: Any = None) -> list[Any]:
+        """One array per sequence: dense ``ndarray (len, *shape)`` views, sparse CSR ``(len, dim)``."""
+        del variable  # accepted for cntk.io compatibility
+        offsets = self.sequence_offsets
+        if not self.is_sparse:
+            return np.split(self.values, offsets[1:-1]) if self.num_sequences else []
+        matrix = self.csr
+        return [matrix[a:b] for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
+
+    def __repr__(self) -> str:
+        kind = "sparse" if self.is_sparse else "dense"
+        return (
+            f"MinibatchData({self.info.name!r}, {kind}, sequences={self.num_sequences}, "
+            f"samples={self.num_samples}, shape={self.shape}, end_of_sweep={self.end_of_sweep})"
+        )

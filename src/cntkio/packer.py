@@ -1,0 +1,91 @@
+"""Packing: gathers the sequences (or frames) a minibatch selected from parsed chunks, vectorised."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .deserializer import DenseStream, SparseStream, StreamData
+from .errors import CNTKIOError
+from .minibatch import MinibatchData, _exclusive_cumsum
+from .streams import StreamInformation
+
+
+def expand_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Concatenation of ``arange(s, s + n)`` for every (s, n), without a Python loop."""
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    shift = np.repeat(starts - _exclusive_cumsum(lengths)[:-1], lengths)
+    return np.arange(total, dtype=np.int64) + shift
+
+
+def _sample_rows(data: StreamData, sequences: np.ndarray, frames: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Rows (samples) of the chunk to take and the number of rows per unit."""
+    offsets = data.seq_offsets
+    starts = offsets[sequences]
+    lengths = offsets[sequences + 1] - starts
+    if frames is None:
+        return expand_ranges(starts, lengths), lengths
+    if np.any(frames >= lengths):
+        raise CNTKIOError(
+            "frame mode needs every stream of a sequence to have one sample per frame; "
+            "a stream has fewer samples than the sequence has frames"
+        )
+    return starts + frames, np.ones(len(sequences), dtype=np.int64)
+
+
+def _is_run(sequences: np.ndarray) -> bool:
+    return len(sequences) > 0 and int(sequences[-1]) - int(sequences[0]) == len(sequences) - 1 and bool(
+        np.all(np.diff(sequences) == 1)
+    )
+
+
+def gather(
+    data: StreamData, sequences: np.ndarray, frames: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray]:
+    """Selects units of one chunk: returns (values, indices, indptr, lengths) in the given order."""
+    if frames is None and _is_run(sequences):
+        first, last = int(data.seq_offsets[sequences[0]]), int(data.seq_offsets[sequences[-1] + 1])
+        lengths = np.diff(data.seq_offsets[sequences[0] : sequences[-1] + 2])
+        if isinstance(data, DenseStream):
+            return data.values[first:last], None, None, lengths
+        lo, hi = int(data.indptr[first]), int(data.indptr[last])
+        return data.values[lo:hi], data.indices[lo:hi], data.indptr[first : last + 1] - lo, lengths
+    rows, lengths = _sample_rows(data, sequences, frames)
+    if isinstance(data, DenseStream):
+        return data.values[rows], None, None, lengths
+    row_starts = data.indptr[rows]
+    nnz = data.indptr[rows + 1] - row_starts
+    entries = expand_ranges(row_starts, nnz)
+    return data.values[entries], data.indices[entries], _exclusive_cumsum(nnz), lengths
+
+
+def pack(
+    info: StreamInformation,
+    parts: list[tuple[StreamData, np.ndarray, np.ndarray | None]],
+    order: np.ndarray | None,
+    end_of_sweep: bool,
+) -> MinibatchData:
+    """Builds a stream's MinibatchData from per-chunk parts.
+
+    ``parts`` holds (chunk data, sequence indices, frame indices or None) per chunk; ``order`` maps
+    the concatenated units back to minibatch order (None when they already are in order).
+    """
+    gathered = [gather(data, sequences, frames) for data, sequences, frames in parts]
+    lengths = np.concatenate([g[3] for g in gathered])
+    if info.is_sparse:
+        values = np.concatenate([g[0] for g in gathered])
+        indices = np.concatenate([g[1] for g in gathered])  # type: ignore[misc]
+        nnz = np.concatenate([np.diff(g[2]) for g in gathered])  # type: ignore[arg-type]
+        if order is not None:
+            sample_starts = _exclusive_cumsum(lengths)[:-1]
+            rows = expand_ranges(sample_starts[order], lengths[order])
+            entry_starts = _exclusive_cumsum(nnz)[:-1]
+            entries = expand_ranges(entry_starts[rows], nnz[rows])
+            values, indices, nnz, lengths = values[entries], indices[entries], nnz[rows], lengths[order]
+        return MinibatchData(info, values, lengths, end_of_sweep, indices=indices, indptr=_exclusive_cumsum(nnz))
+    values = gathered[0][0] if len(gathered) == 1 else np.concatenate([g[0] for g in gathered])
+    if order is not None:
+        rows = expand_ranges(_exclusive_cumsum(lengths)[:-1][order], lengths[order])
+        values, lengths = values[rows], lengths[order]
+    return MinibatchData(info, values, lengths, end_of_sweep)

@@ -1,0 +1,110 @@
+"""Stream definitions and descriptions: ``StreamDef``, ``StreamDefs``, ``StreamInformation``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .errors import ConfigError
+
+
+class Record(dict):  # type: ignore[type-arg]
+    """A dict whose items are also attributes (``streams.features``), like ``cntk.io``'s Record."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self[name] = value
+
+
+def StreamDefs(**streams: StreamDef) -> Record:  # noqa: N802 - cntk.io spelling
+    """Named stream definitions, in the order given (``StreamDefs(features=StreamDef(...))``)."""
+    return Record(streams)
+
+
+@dataclass
+class StreamDef:
+    """How to read one stream. For CTF ``field`` is the alias after ``|`` and ``shape`` the dimension."""
+
+    field: str | None = None
+    shape: int | tuple[int, ...] | None = None
+    is_sparse: bool = False
+    transforms: list[Any] | None = None
+    context: tuple[int, int] | None = None
+    scp: str | list[str] | None = None
+    mlf: str | list[str] | None = None
+    broadcast: bool | None = None
+    defines_mb_size: bool = False
+    max_sequence_length: int = 65535
+
+    def dim(self) -> int:
+        """The stream's dimension as one integer (CTF, CBF, HTK and MLF streams are 1-D)."""
+        shape = self.shape
+        if isinstance(shape, tuple):
+            if len(shape) != 1:
+                raise ConfigError(f"stream shape must be one integer, got {shape}")
+            shape = shape[0]
+        if not isinstance(shape, (int, np.integer)) or isinstance(shape, bool) or shape <= 0:
+            raise ConfigError(f"stream shape must be a positive integer, got {self.shape!r}")
+        return int(shape)
+
+
+@dataclass(frozen=True, eq=False)
+class StreamInformation:
+    """Description of one output stream (hashable by identity, usable as a minibatch dict key)."""
+
+    name: str
+    stream_id: int
+    storage_format: str  # "dense" or "sparse"
+    dtype: np.dtype[Any]
+    shape: tuple[int, ...]
+    defines_mb_size: bool = False
+    alias: str = field(default="", compare=False)
+
+    @property
+    def is_sparse(self) -> bool:
+        return self.storage_format == "sparse"
+
+    @property
+    def m_name(self) -> str:
+        return self.name
+
+    @property
+    def m_id(self) -> int:
+        return self.stream_id
+
+    @property
+    def m_storage_format(self) -> str:
+        return self.storage_format
+
+    @property
+    def m_element_type(self) -> np.dtype[Any]:
+        return self.dtype
+
+    @property
+    def m_sample_layout(self) -> tuple[int, ...]:
+        return tuple(reversed(self.shape))
+
+    @property
+    def m_definesMbSize(self) -> bool:  # noqa: N802 - cntk.io spelling
+        return self.defines_mb_size
+
+    def __repr__(self) -> str:
+        return f"StreamInformation({self.name!r}, {self.storage_format}, shape={self.shape}, dtype={self.dtype})"
+
+
+def iter_stream_defs(streams: Any) -> Iterator[tuple[str, StreamDef]]:
+    """Yields (name, StreamDef) from a StreamDefs record or any mapping of names to StreamDef."""
+    if not hasattr(streams, "items"):
+        raise ConfigError("streams must be StreamDefs(name=StreamDef(...), ...) or a dict of StreamDef")
+    for name, definition in streams.items():
+        if not isinstance(definition, StreamDef):
+            raise ConfigError(f"stream '{name}' must be a StreamDef, got {type(definition).__name__}")
+        yield str(name), definition
