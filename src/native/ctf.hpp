@@ -56,18 +56,19 @@ inline int find_alias(const std::vector<Alias>& aliases, const char* name, size_
 
 // Skips the sequence id at the start of a row: digits in line and numeric mode (CNTK drops them in
 // every mode), or a whole token up to whitespace or '|' in text mode.
-inline const char* skip_row_id(const char* p, const char* end, IdMode mode) {
+// The buffer must contain a '\n' at or after p (the parser guarantees a final one).
+inline const char* skip_row_id(const char* p, IdMode mode) {
   if (mode == IdMode::text) {
-    while (p < end && !is_space(static_cast<unsigned char>(*p)) && *p != '|') ++p;
+    while (!is_space(static_cast<unsigned char>(*p)) && *p != '|') ++p;
   } else {
-    while (p < end && static_cast<unsigned>(*p - '0') < 10u) ++p;
+    while (is_digit(static_cast<unsigned char>(*p))) ++p;
   }
   return p;
 }
 
-// Advances to the next '|' or '\n' (or end).
-inline const char* skip_to_bar_or_newline(const char* p, const char* end) {
-  while (p < end && *p != '|' && *p != '\n') ++p;
+// Advances to the next '|' or '\n'; the buffer must contain a '\n' at or after p.
+inline const char* skip_to_bar_or_newline(const char* p) {
+  while (*p != '|' && *p != '\n') ++p;
   return p;
 }
 
@@ -127,10 +128,10 @@ struct ParseResult {
   ParseStats stats;
 };
 
-// Parses the sequences [starts[i], ends[i]) of `data` (offsets relative to data, whose first
-// byte is at absolute file offset `base`).
+// Parses the sequences [starts[i], ends[i]) of data[0, size) (offsets relative to data, whose
+// first byte is at absolute file offset `base`). Sequences start at line starts.
 template <class T>
-ParseResult<T> parse_sequences(const char* data, int64_t base, const int64_t* starts,
+ParseResult<T> parse_sequences(const char* data, int64_t size, int64_t base, const int64_t* starts,
                                const int64_t* ends, int64_t n, const ParseOptions& options);
 
 }  // namespace cntkio::ctf

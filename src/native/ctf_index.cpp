@@ -60,11 +60,11 @@ class Indexer {
       }
       has_id = body != p;
     } else if (options_.mode == IdMode::text) {
-      body = skip_row_id(p, line_end, IdMode::text);
+      while (body < line_end && !is_space(static_cast<unsigned char>(*body)) && *body != '|') ++body;
       has_id = body != p;
       key_length = static_cast<int32_t>(body - p);
     } else {
-      body = skip_row_id(p, line_end, IdMode::line);
+      while (body < line_end && is_digit(static_cast<unsigned char>(*body))) ++body;
     }
 
     const bool has_content = scan_streams(body, line_end, line);

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <string>
 
 #include "ctf.hpp"
 
@@ -21,26 +22,27 @@ class Parser {
     result_.streams.resize(options.aliases.size());
   }
 
+  // Every row of every sequence ends with '\n' inside the buffer (the caller guarantees a final
+  // '\n'), so the scanning loops below stop at it without checking bounds.
   ParseResult<T> run(const int64_t* starts, const int64_t* ends, int64_t n) {
     for (sequence_ = 0; sequence_ < n; ++sequence_) {
       const char* p = data_ + starts[sequence_];
       const char* end = data_ + ends[sequence_];
-      while (p < end) p = row(p, end);
+      while (p < end) p = row(p);
       for (auto& stream : result_.streams) stream.seq_offsets.push_back(stream.samples);
     }
     return std::move(result_);
   }
 
  private:
-  const char* row(const char* p, const char* end) {
+  const char* row(const char* p) {
     ++row_id_;
     const char* row_start = p;
-    p = skip_row_id(p, end, options_.mode);
+    p = skip_row_id(p, options_.mode);
     bool any_valid = false;
     bool any_failed = false;
     while (true) {
-      while (p < end && is_delimiter(static_cast<unsigned char>(*p))) ++p;
-      if (p >= end) break;
+      while (is_delimiter(static_cast<unsigned char>(*p))) ++p;
       if (*p == '\n') {
         ++p;
         break;
@@ -48,37 +50,36 @@ class Parser {
       if (*p != '|') {
         fail(kUnexpectedByte, p, -1);
         any_failed = true;
-        p = skip_to_bar_or_newline(p, end);
+        p = skip_to_bar_or_newline(p);
         continue;
       }
       const char* bar = p++;
-      if (p < end && *p == '#') {
-        p = skip_to_bar_or_newline(p + 1, end);
+      if (*p == '#') {
+        p = skip_to_bar_or_newline(p + 1);
         continue;
       }
       const char* name = p;
-      while (p < end && is_name_byte(static_cast<unsigned char>(*p))) ++p;
+      while (is_name_byte(static_cast<unsigned char>(*p))) ++p;
       if (p == name) {
         fail(kBadNamePrefix, p, -1);
         any_failed = true;
-        p = skip_to_bar_or_newline(p, end);
+        p = skip_to_bar_or_newline(p);
         continue;
       }
       const int stream = find_alias(options_.aliases, name, static_cast<size_t>(p - name));
       if (stream < 0) {
         note(result_.stats.unknown_inputs, result_.stats.first_unknown_offset, bar);
-        p = skip_to_bar_or_newline(p, end);
+        p = skip_to_bar_or_newline(p);
         continue;
       }
       if (row_mark_[stream] == row_id_) {
         fail(kDuplicateInput, bar, stream);
         any_failed = true;
-        p = skip_to_bar_or_newline(p, end);
+        p = skip_to_bar_or_newline(p);
         continue;
       }
       row_mark_[stream] = row_id_;
-      const bool ok = options_.aliases[stream].sparse ? sparse_sample(p, end, stream)
-                                                      : dense_sample(p, end, stream, bar);
+      const bool ok = options_.aliases[stream].sparse ? sparse_sample(p, stream) : dense_sample(p, stream, bar);
       any_valid |= ok;
       any_failed |= !ok;
     }
@@ -87,15 +88,15 @@ class Parser {
   }
 
   // Scans the value at p; on success stores it in `out` and advances p.
-  bool value(const char*& p, const char* end, int stream, T& out) {
+  bool value(const char*& p, int stream, T& out) {
     double parsed = 0.0;
     const char* next = p;
-    const NumberStatus status = scan_number(p, end, parsed, &next);
+    const NumberStatus status = scan_number(p, parsed, &next);
     if (status == NumberStatus::out_of_range) {
       fail(kValueOutOfRange, p, stream);
       return false;
     }
-    if (status != NumberStatus::ok || (next < end && !ends_value(static_cast<unsigned char>(*next)))) {
+    if (status != NumberStatus::ok || !ends_value(static_cast<unsigned char>(*next))) {
       fail(kBadNumber, next, stream);
       return false;
     }
@@ -108,7 +109,7 @@ class Parser {
     return true;
   }
 
-  bool dense_sample(const char*& p, const char* end, int stream, const char* bar) {
+  bool dense_sample(const char*& p, int stream, const char* bar) {
     StreamBuffers<T>& buffers = result_.streams[stream];
     const uint64_t dim = options_.aliases[stream].dim;
     const size_t start = buffers.values.size();
@@ -116,13 +117,13 @@ class Parser {
     T* out = buffers.values.data() + start;
     uint64_t count = 0;
     while (true) {
-      while (p < end && is_blank(static_cast<unsigned char>(*p))) ++p;
-      if (p >= end || ends_value(static_cast<unsigned char>(*p))) break;
+      while (is_blank(static_cast<unsigned char>(*p))) ++p;
+      if (ends_value(static_cast<unsigned char>(*p))) break;
       if (count == dim) {
         fail(kTooManyValues, bar, stream);
-        return reject(buffers, start, p, end);
+        return reject(buffers, start, p);
       }
-      if (!value(p, end, stream, out[count])) return reject(buffers, start, p, end);
+      if (!value(p, stream, out[count])) return reject(buffers, start, p);
       ++count;
     }
     if (count < dim) note(result_.stats.padded_samples, result_.stats.first_padded_offset, bar);
@@ -130,40 +131,36 @@ class Parser {
     return true;
   }
 
-  bool sparse_sample(const char*& p, const char* end, int stream) {
+  bool sparse_sample(const char*& p, int stream) {
     StreamBuffers<T>& buffers = result_.streams[stream];
     const uint64_t dim = options_.aliases[stream].dim;
     const size_t start = buffers.values.size();
     while (true) {
-      while (p < end && is_blank(static_cast<unsigned char>(*p))) ++p;
-      if (p >= end || ends_value(static_cast<unsigned char>(*p))) break;
+      while (is_blank(static_cast<unsigned char>(*p))) ++p;
+      if (ends_value(static_cast<unsigned char>(*p))) break;
       const char* index_start = p;
       uint64_t index = 0;
       bool overflow = false;
-      for (; p < end && is_digit(static_cast<unsigned char>(*p)); ++p) {
+      for (; is_digit(static_cast<unsigned char>(*p)); ++p) {
         const uint64_t digit = static_cast<uint64_t>(*p - '0');
         overflow |= index > (UINT64_MAX - digit) / 10;
         index = index * 10 + digit;
       }
       if (p == index_start || overflow) {
         fail(kBadSparseIndex, index_start, stream);
-        return reject(buffers, start, p, end);
+        return reject(buffers, start, p);
       }
-      if (p >= end || *p != ':') {
+      if (*p != ':') {
         fail(kMissingColon, p, stream);
-        return reject(buffers, start, p, end);
+        return reject(buffers, start, p);
       }
       if (index >= dim) {
         fail(kIndexOutOfRange, index_start, stream);
-        return reject(buffers, start, p, end);
+        return reject(buffers, start, p);
       }
       ++p;
       T v{};
-      if (p >= end) {
-        fail(kBadNumber, p, stream);
-        return reject(buffers, start, p, end);
-      }
-      if (!value(p, end, stream, v)) return reject(buffers, start, p, end);
+      if (!value(p, stream, v)) return reject(buffers, start, p);
       buffers.indices.push_back(static_cast<int32_t>(index));
       buffers.values.push_back(v);
     }
@@ -200,10 +197,10 @@ class Parser {
   }
 
   // Drops a failed sample's values and skips the rest of it.
-  static bool reject(StreamBuffers<T>& buffers, size_t start, const char*& p, const char* end) {
+  static bool reject(StreamBuffers<T>& buffers, size_t start, const char*& p) {
     buffers.values.resize(start);
     if (buffers.indices.size() > start) buffers.indices.resize(start);
-    p = skip_to_bar_or_newline(p, end);
+    p = skip_to_bar_or_newline(p);
     return false;
   }
 
@@ -227,14 +224,17 @@ class Parser {
 }  // namespace
 
 template <class T>
-ParseResult<T> parse_sequences(const char* data, int64_t base, const int64_t* starts,
+ParseResult<T> parse_sequences(const char* data, int64_t size, int64_t base, const int64_t* starts,
                                const int64_t* ends, int64_t n, const ParseOptions& options) {
-  return Parser<T>(data, base, options).run(starts, ends, n);
+  if (size > 0 && data[size - 1] == '\n') return Parser<T>(data, base, options).run(starts, ends, n);
+  std::string terminated(data, static_cast<size_t>(size));  // final row without a newline
+  terminated.push_back('\n');
+  return Parser<T>(terminated.data(), base, options).run(starts, ends, n);
 }
 
-template ParseResult<float> parse_sequences<float>(const char*, int64_t, const int64_t*, const int64_t*,
-                                                   int64_t, const ParseOptions&);
-template ParseResult<double> parse_sequences<double>(const char*, int64_t, const int64_t*, const int64_t*,
-                                                     int64_t, const ParseOptions&);
+template ParseResult<float> parse_sequences<float>(const char*, int64_t, int64_t, const int64_t*,
+                                                   const int64_t*, int64_t, const ParseOptions&);
+template ParseResult<double> parse_sequences<double>(const char*, int64_t, int64_t, const int64_t*,
+                                                     const int64_t*, int64_t, const ParseOptions&);
 
 }  // namespace cntkio::ctf

@@ -85,12 +85,12 @@ nb::dict index_buffer(ByteArray data, int64_t begin, int64_t first_line, int mod
 }
 
 template <class T>
-nb::tuple parse_typed(const char* data, int64_t base, const int64_t* starts, const int64_t* ends, int64_t n,
+nb::tuple parse_typed(const char* data, int64_t size, int64_t base, const int64_t* starts, const int64_t* ends, int64_t n,
                       const ParseOptions& options) {
   ParseResult<T> r;
   {
     nb::gil_scoped_release release;
-    r = parse_sequences<T>(data, base, starts, ends, n, options);
+    r = parse_sequences<T>(data, size, base, starts, ends, n, options);
   }
   nb::list streams;
   for (size_t i = 0; i < r.streams.size(); ++i) {
@@ -127,8 +127,8 @@ nb::tuple parse_buffer(ByteArray data, int64_t base, OffsetArray starts, OffsetA
   options.aliases = to_aliases(aliases);
   options.sort_sparse = sort_sparse;
   const char* bytes = reinterpret_cast<const char*>(data.data());
-  if (double_precision) return parse_typed<double>(bytes, base, starts.data(), ends.data(), n, options);
-  return parse_typed<float>(bytes, base, starts.data(), ends.data(), n, options);
+  if (double_precision) return parse_typed<double>(bytes, size, base, starts.data(), ends.data(), n, options);
+  return parse_typed<float>(bytes, size, base, starts.data(), ends.data(), n, options);
 }
 
 nb::ndarray<nb::numpy, int64_t> chunk(OffsetArray offsets, OffsetArray ends, int64_t limit) {

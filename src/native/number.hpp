@@ -21,9 +21,34 @@ namespace detail {
 constexpr double kPow10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
                              1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
+// Decimal exponent of the first significant digit of a validated token (for range errors).
+inline int64_t decimal_magnitude(const std::string& text) {
+  int64_t magnitude = 0;
+  bool seen_point = false, seen_digit = false;
+  size_t i = 0;
+  for (; i < text.size() && text[i] != 'e' && text[i] != 'E'; ++i) {
+    const char c = text[i];
+    if (c == '.') {
+      seen_point = true;
+    } else if (is_digit(static_cast<unsigned char>(c))) {
+      if (c != '0' && !seen_digit) seen_digit = true;
+      if (seen_digit && !seen_point) ++magnitude;
+      if (!seen_digit && seen_point) --magnitude;
+    }
+  }
+  if (i < text.size()) {
+    int64_t exp_value = 0;
+    const bool negative = i + 1 < text.size() && text[i + 1] == '-';
+    for (++i; i < text.size(); ++i) {
+      if (is_digit(static_cast<unsigned char>(text[i])) && exp_value < 100000000) exp_value = exp_value * 10 + (text[i] - '0');
+    }
+    magnitude += negative ? -exp_value : exp_value;
+  }
+  return magnitude;
+}
+
 // Slow path: hand the validated token to from_chars, which rejects '+' and a bare trailing '.'.
-inline NumberStatus parse_slow(const char* begin, const char* end, bool negative, int64_t magnitude,
-                               double& out) {
+inline NumberStatus parse_slow(const char* begin, const char* end, bool negative, double& out) {
   std::string text;
   text.reserve(static_cast<size_t>(end - begin));
   for (const char* p = begin; p < end; ++p) {
@@ -34,92 +59,71 @@ inline NumberStatus parse_slow(const char* begin, const char* end, bool negative
   double value = 0.0;
   auto result = std::from_chars(text.data(), text.data() + text.size(), value);
   if (result.ec == std::errc::result_out_of_range) {
-    if (magnitude > 0) return NumberStatus::out_of_range;
+    if (decimal_magnitude(text) > 0) return NumberStatus::out_of_range;
     out = negative ? -0.0 : 0.0;  // total underflow rounds to zero, as float() does
     return NumberStatus::ok;
   }
-  if (result.ec != std::errc()) return NumberStatus::syntax;
+  if (result.ec != std::errc() || result.ptr != text.data() + text.size()) return NumberStatus::syntax;
   out = value;
   return NumberStatus::ok;
 }
 
 }  // namespace detail
 
-// Scans one number starting at p (p < end). On success stores the value, sets *next to the first
-// byte after the number and returns ok. On a syntax error *next points at the offending byte.
-inline NumberStatus scan_number(const char* p, const char* end, double& out, const char** next) {
+// Scans one number starting at p. The buffer must hold, somewhere after p, a byte that cannot
+// continue a number (the parser guarantees a final '\n'), so no end pointer is needed. On success
+// stores the value, sets *next to the first byte after the number and returns ok. On a syntax
+// error *next points at the offending byte.
+inline NumberStatus scan_number(const char* p, double& out, const char** next) {
   const char* begin = p;
-  bool negative = false;
-  if (*p == '-' || *p == '+') {
-    negative = *p == '-';
-    ++p;
-  }
-  if (p >= end || !is_digit(static_cast<unsigned char>(*p))) {
+  const bool negative = *p == '-';
+  p += (*p == '-' || *p == '+');
+  const char* digits = p;
+  uint64_t mantissa = 0;
+  while (is_digit(static_cast<unsigned char>(*p))) mantissa = mantissa * 10 + static_cast<unsigned>(*p++ - '0');
+  int64_t count = p - digits;
+  if (count == 0) {
     *next = p;
     return NumberStatus::syntax;
   }
-  uint64_t mantissa = 0;
-  int significant = 0;
-  bool truncated = false;
   int64_t exponent = 0;
-  for (; p < end && is_digit(static_cast<unsigned char>(*p)); ++p) {
-    unsigned digit = static_cast<unsigned>(*p - '0');
-    if (significant < 19) {
-      mantissa = mantissa * 10 + digit;
-      significant += mantissa != 0;
-    } else {
-      ++exponent;
-      truncated |= digit != 0;
-    }
-  }
   bool exponent_allowed = true;
-  if (p < end && *p == '.') {
+  if (*p == '.') {
     ++p;
-    if (p < end && is_digit(static_cast<unsigned char>(*p))) {
-      for (; p < end && is_digit(static_cast<unsigned char>(*p)); ++p) {
-        unsigned digit = static_cast<unsigned>(*p - '0');
-        if (significant < 19) {
-          mantissa = mantissa * 10 + digit;
-          significant += mantissa != 0;
-          --exponent;
-        } else {
-          truncated |= digit != 0;
-        }
-      }
-    } else {
-      exponent_allowed = false;  // "45." ends here; "1.e5" is not a number followed by "e5"
-    }
+    const char* fraction = p;
+    while (is_digit(static_cast<unsigned char>(*p))) mantissa = mantissa * 10 + static_cast<unsigned>(*p++ - '0');
+    exponent = fraction - p;
+    count += p - fraction;
+    exponent_allowed = p != fraction;  // "45." ends here; "1.e5" is 1 followed by a stray "e5"
   }
-  if (exponent_allowed && p < end && (*p == 'e' || *p == 'E')) {
+  if (exponent_allowed && (*p == 'e' || *p == 'E')) {
     const char* q = p + 1;
-    bool exp_negative = false;
-    if (q < end && (*q == '-' || *q == '+')) {
-      exp_negative = *q == '-';
-      ++q;
-    }
-    if (q >= end || !is_digit(static_cast<unsigned char>(*q))) {
+    const bool exp_negative = *q == '-';
+    q += (*q == '-' || *q == '+');
+    if (!is_digit(static_cast<unsigned char>(*q))) {
       *next = q;
       return NumberStatus::syntax;
     }
     int64_t exp_value = 0;
-    for (; q < end && is_digit(static_cast<unsigned char>(*q)); ++q) {
+    for (; is_digit(static_cast<unsigned char>(*q)); ++q) {
       if (exp_value < 100000000) exp_value = exp_value * 10 + (*q - '0');
     }
     exponent += exp_negative ? -exp_value : exp_value;
     p = q;
   }
   *next = p;
+  if (count > 19) return detail::parse_slow(begin, p, negative, out);
   if (mantissa == 0) {
     out = negative ? -0.0 : 0.0;
     return NumberStatus::ok;
   }
-  if (!truncated && mantissa <= (uint64_t{1} << 53) && exponent >= -22 && exponent <= 22) {
+  if (mantissa <= (uint64_t{1} << 53) && exponent >= -22 && exponent <= 22) {
     double value = static_cast<double>(mantissa);
     value = exponent < 0 ? value / detail::kPow10[-exponent] : value * detail::kPow10[exponent];
     out = negative ? -value : value;
     return NumberStatus::ok;
   }
-  return detail::parse_slow(begin, p, negative, significant + exponent, out);
+  return detail::parse_slow(begin, p, negative, out);
 }
 
 }  // namespace cntkio
