@@ -179,10 +179,12 @@ class MinibatchSource:
             base = self._sweep * timeline.sweep_size
             if base + plan.starts[self._cursor] >= self._epoch_end:
                 break
-            candidates = np.arange(self._cursor, len(plan), dtype=np.int64)
+            # Every unit has at least one sample, so the budget bounds how far to look ahead.
+            stop = min(len(plan), self._cursor + (budget - total + 1) * partitions)
+            candidates = np.arange(self._cursor, stop, dtype=np.int64)
             if partitions > 1:
-                candidates = candidates[timeline.owners(plan, partitions)[self._cursor :] == index]
-                if len(candidates) == 0 and self._cursor == 0:
+                candidates = candidates[timeline.owners(plan, candidates, partitions) == index]
+                if len(candidates) == 0 and self._cursor == 0 and stop == len(plan):
                     break  # this partition owns no unit of the sweep
             running = total + np.cumsum(plan.lengths[candidates])
             fits = int(np.searchsorted(running, budget, side="right"))
@@ -194,6 +196,9 @@ class MinibatchSource:
                 taken.append(plan.units[candidates[:count]])
                 total = int(running[count - 1])
             if count == len(candidates):
+                if stop < len(plan):
+                    self._cursor = stop
+                    continue
                 end_of_sweep = True
                 self._sweep, self._cursor = self._sweep + 1, 0
                 continue
@@ -228,12 +233,10 @@ class MinibatchSource:
         return result
 
     def _prefetch_next(self, in_use: set[int]) -> None:
-        plan = self._timeline.plan(self._sweep)
-        if self._cursor < len(plan):
-            next_chunk = int(self._timeline.locate(plan.units[self._cursor : self._cursor + 1])[0][0])
-            self._cache.prefetch(next_chunk)
-            in_use = in_use | {next_chunk}
-        self._cache.evict_except(in_use)
+        upcoming = self._timeline.upcoming_chunks(self._timeline.plan(self._sweep), self._cursor)
+        for chunk_id in upcoming:
+            self._cache.prefetch(chunk_id)
+        self._cache.evict_except(in_use | set(upcoming))
 
     # --- checkpoints -----------------------------------------------------------------------------
     def get_checkpoint_state(self) -> dict[str, Any]:

@@ -58,9 +58,10 @@ class Timeline:
             self._plan = SweepPlan(sweep, units, lengths, _exclusive_cumsum(lengths))
         return self._plan
 
-    def owners(self, plan: SweepPlan, num_partitions: int) -> np.ndarray:
-        """Partition of each position of the sweep: sequence-level, by position in the sweep."""
-        return np.arange(len(plan), dtype=np.int64) % num_partitions
+    def owners(self, plan: SweepPlan, positions: np.ndarray, num_partitions: int) -> np.ndarray:
+        """Partition owning each position of the sweep: sequence-level, by position in the sweep."""
+        del plan  # file order: ownership depends on the position alone
+        return positions % num_partitions
 
     def locate(self, units: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """(chunk id, sequence index in chunk, frame index or None) of each unit."""
@@ -68,3 +69,10 @@ class Timeline:
         chunks = np.searchsorted(self.chunk_bounds, sequences, side="right") - 1
         frames = self.unit_frame[units] if self.unit_frame is not None else None
         return chunks, sequences - self.chunk_bounds[chunks], frames
+
+    def upcoming_chunks(self, plan: SweepPlan, cursor: int) -> list[int]:
+        """Chunks needed next, in order: the chunk at the cursor and the one after it."""
+        if cursor >= len(plan):
+            return [0]
+        current = int(self.locate(plan.units[cursor : cursor + 1])[0][0])
+        return [current, (current + 1) % (len(self.chunk_bounds) - 1)]

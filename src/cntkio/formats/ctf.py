@@ -260,7 +260,7 @@ class CTFDeserializer(Deserializer):
     def get_chunk(self, chunk_id: int) -> dict[str, StreamData]:
         a, b = self._chunk_range(chunk_id)
         start, end = int(self._offsets[a]), int(self._ends[b - 1])
-        buffer = np.asarray(self._data[start:end])
+        buffer = self._read(start, end)
         streams, errors, stats = _native.ctf_parse(
             buffer, start, self._offsets[a:b] - start, self._ends[a:b] - start,
             int(self.id_mode), self._aliases, self.dtype == np.float64, not self.compat,
@@ -285,6 +285,19 @@ class CTFDeserializer(Deserializer):
                 values, seq_offsets = arrays
                 chunk[stream.name] = DenseStream(values, seq_offsets)
         return chunk
+
+    def _read(self, start: int, end: int) -> np.ndarray:
+        """Reads a byte range into a fresh buffer (faster to parse than a memory map, and thread-safe)."""
+        buffer = np.empty(end - start, dtype=np.uint8)
+        with open(self.filename, "rb", buffering=0) as f:
+            view = memoryview(buffer)
+            done = 0
+            while done < len(buffer):
+                n = os.preadv(f.fileno(), [view[done:]], start + done)
+                if n == 0:
+                    raise FormatError("file is shorter than when it was indexed (truncated?)", self._at(start + done))
+                done += n
+        return buffer
 
     def _chunk_range(self, chunk_id: int) -> tuple[int, int]:
         if not 0 <= chunk_id < self.num_chunks():
