@@ -1,4 +1,4 @@
-"""Parsed chunks kept in memory: a small LRU cache with background prefetch on a thread pool.
+"""Parsed chunks kept in memory, with background parsing on a thread pool.
 
 The native parsers release the GIL, so a chunk parses on another core while the caller packs
 minibatches from the chunks it already has.
@@ -16,14 +16,18 @@ Chunk = dict[str, StreamData]
 
 
 class ChunkCache:
-    """Holds at most ``capacity`` parsed chunks of one deserializer (plus those being prefetched)."""
+    """Parsed chunks of one deserializer; the reader says which to keep (:meth:`retain`).
 
-    def __init__(self, deserializer: Deserializer, capacity: int, prefetch: bool = True):
+    ``threads`` background parsers prefetch chunks; 0 parses on demand in the calling thread.
+    """
+
+    def __init__(self, deserializer: Deserializer, threads: int):
         self._deserializer = deserializer
-        self._capacity = max(1, capacity)
         self._chunks: OrderedDict[int, Future[Chunk]] = OrderedDict()
         self._lock = threading.Lock()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cntkio-prefetch") if prefetch else None
+        self._executor = (
+            ThreadPoolExecutor(max_workers=threads, thread_name_prefix="cntkio-parse") if threads > 0 else None
+        )
 
     def get(self, chunk_id: int) -> Chunk:
         """The parsed chunk; parses it now unless a prefetch already did or is doing it."""
@@ -53,14 +57,14 @@ class ChunkCache:
             self._chunks[chunk_id] = future
         self._executor.submit(self._load_into, chunk_id, future)
 
-    def evict_except(self, keep: set[int]) -> None:
-        """Drops least recently used chunks beyond the capacity, never those in ``keep``."""
+    def retain(self, keep: set[int]) -> None:
+        """Drops every parsed chunk not in ``keep``."""
         with self._lock:
-            for chunk_id in list(self._chunks):
-                if len(self._chunks) <= self._capacity:
-                    break
-                if chunk_id not in keep and self._chunks[chunk_id].done():
-                    del self._chunks[chunk_id]
+            for chunk_id in [c for c, future in self._chunks.items() if c not in keep and future.done()]:
+                del self._chunks[chunk_id]
+
+    def __len__(self) -> int:
+        return len(self._chunks)
 
     def _load_into(self, chunk_id: int, future: Future[Chunk]) -> None:
         try:

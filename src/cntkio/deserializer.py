@@ -90,6 +90,12 @@ class Deserializer(abc.ABC):
         """Number of sequences in each chunk (int64)."""
         return np.array([self.chunk_index(c).num_sequences for c in range(self.num_chunks())], dtype=np.int64)
 
-    def sequence_key(self, chunk_id: int, index_in_chunk: int) -> Any:
-        """Key of one sequence (used for provenance and error messages)."""
-        return self.chunk_index(chunk_id).keys[index_in_chunk]
+    def sequence_keys(self, sequence_ids: np.ndarray) -> list[Any]:
+        """Keys of sequences given by their index in file order (chunk after chunk)."""
+        keys = [key for c in range(self.num_chunks()) for key in self.chunk_index(c).keys]
+        return [keys[i] for i in sequence_ids.tolist()]
+
+    @property
+    def source_name(self) -> str:
+        """Names the data in provenance records (a file name for file formats)."""
+        return str(getattr(self, "filename", type(self).__name__))

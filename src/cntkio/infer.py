@@ -16,11 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-BLOCK_SIZE = 8 * 1024 * 1024
+BLOCK_SIZE = 2 * 1024 * 1024  # small blocks stay in cache: faster than larger ones, and little memory
 MAX_ALIAS_BYTES = 128  # longer names are not taken for aliases
 MAX_SPARSE_DIM = 2**31 - 1
 _INDEX_DIGITS = 10  # enough for any index below MAX_SPARSE_DIM
-_COLON_BATCH = 1 << 20  # colons whose index is decoded at once (bounds a (batch, digits) array)
 _PIPE, _NEWLINE, _COLON, _ZERO, _NINE = ord("|"), ord("\n"), ord(":"), ord("0"), ord("9")
 
 Progress = Callable[[int, int], None]  # (bytes done, total bytes)
@@ -84,46 +83,50 @@ def _scan_block(buf: np.ndarray, base: int, tallies: dict[bytes, _Tally]) -> Non
         return
     n = len(buf)
     blank = (buf <= 0x20) | is_pipe  # ends a name and separates values
-    stops = np.append(np.flatnonzero(is_pipe | (buf == _NEWLINE)), n)
-    field_ends = stops[np.searchsorted(stops, bars, side="right")]
+    # a name ends at the first blank after its bar, a field at the next '|' or newline (bars are in both lists)
     blanks = np.append(np.flatnonzero(blank), n)
-    name_ends = blanks[np.searchsorted(blanks, bars + 1)]
+    name_ends = blanks[np.flatnonzero(is_pipe[blanks[:-1]]) + 1]
+    stops = np.append(np.flatnonzero(is_pipe | (buf == _NEWLINE)), n)
+    field_ends = stops[np.flatnonzero(is_pipe[stops[:-1]]) + 1]
     name_lengths = name_ends - bars - 1
-
-    # values per field: token starts (non-blank after blank) strictly after the name
-    token_starts = np.flatnonzero(~blank[1:] & blank[:-1]) + 1
-    owner = np.searchsorted(bars, token_starts, side="right") - 1
-    inside = (owner >= 0) & (token_starts > name_ends[np.maximum(owner, 0)])
-    inside &= token_starts < field_ends[np.maximum(owner, 0)]
-    values = np.bincount(owner[inside], minlength=len(bars))
-
-    # sparse entries: ':' inside a field's values, preceded by a digit run that starts a token
-    colons = np.flatnonzero(buf == _COLON)
-    owner = np.searchsorted(bars, colons, side="right") - 1
-    keep = (owner >= 0) & (colons > name_ends[np.maximum(owner, 0)])
-    keep &= colons < field_ends[np.maximum(owner, 0)]
-    colons, colon_owner = colons[keep], owner[keep]
-    has_colon = np.bincount(colon_owner, minlength=len(bars)) > 0
-    index = _sparse_indices(buf, blank, colons)
-
-    fields = (name_lengths > 0) & (name_lengths <= MAX_ALIAS_BYTES) & (buf[np.minimum(bars + 1, n - 1)] != ord("#"))
+    fields = (name_lengths > 0) & (name_lengths <= MAX_ALIAS_BYTES)
+    fields &= buf[np.minimum(bars + 1, n - 1)] != ord("#")  # '|#' starts a comment
     if not fields.any():
         return
-    names, first, groups = _group_names(buf, bars[fields], name_lengths[fields])
-    field_group = np.full(len(bars), -1, dtype=np.int64)
-    field_group[fields] = groups
+    bars, name_ends, field_ends = bars[fields], name_ends[fields], field_ends[fields]
+
+    # values of a field = tokens (a non-blank byte after a blank one) between its name and its end;
+    # running counts over the block give the count in (name_end, field_end) without a search
+    token_start = np.zeros(n + 1, dtype=bool)
+    token_start[1:n] = ~blank[1:] & blank[:-1]
+    tokens = np.cumsum(token_start, dtype=np.int32)
+    values = tokens[field_ends - 1] - tokens[name_ends]
+
+    # sparse entries: the ':' among a field's values; the colons of a field are colons[first:last]
+    is_colon = np.zeros(n + 1, dtype=bool)
+    is_colon[:n] = buf == _COLON
+    has_colon = np.zeros(len(bars), dtype=bool)
+    field_max_index = np.full(len(bars), -1, dtype=np.int64)
+    if is_colon.any():
+        colon_count = np.cumsum(is_colon, dtype=np.int32)
+        first, last = colon_count[name_ends], colon_count[field_ends - 1]
+        has_colon = last > first
+        if has_colon.any():
+            index = np.append(_sparse_indices(buf, np.flatnonzero(is_colon)), -1)
+            bounds = np.stack([first[has_colon], last[has_colon]], axis=1).ravel()
+            field_max_index[has_colon] = np.maximum.reduceat(index, bounds)[::2]  # max over [first, last)
+
+    names, first_field, groups = _group_names(buf, bars, name_ends - bars - 1)
     k = len(names)
     samples = np.bincount(groups, minlength=k)
-    sparse = np.bincount(groups, weights=has_colon[fields], minlength=k)
-    dense = np.bincount(groups, weights=(~has_colon[fields]) & (values[fields] > 0), minlength=k)
+    sparse = np.bincount(groups[has_colon], minlength=k)
+    dense = np.bincount(groups[~has_colon & (values > 0)], minlength=k)
     max_values = np.zeros(k, dtype=np.int64)
-    np.maximum.at(max_values, groups, values[fields])
+    np.maximum.at(max_values, groups, values)
     max_index = np.full(k, -1, dtype=np.int64)
-    colon_group = field_group[colon_owner]
-    valid = (colon_group >= 0) & (index >= 0)
-    np.maximum.at(max_index, colon_group[valid], index[valid])
+    np.maximum.at(max_index, groups, field_max_index)
     for j, name in enumerate(names):
-        tally = tallies.setdefault(name, _Tally(base + int(bars[fields][first[j]])))
+        tally = tallies.setdefault(name, _Tally(base + int(bars[first_field[j]])))
         tally.samples += int(samples[j])
         tally.sparse_samples += int(sparse[j])
         tally.dense_samples += int(dense[j])
@@ -135,30 +138,29 @@ def _group_names(buf: np.ndarray, bars: np.ndarray, lengths: np.ndarray) -> tupl
     """Distinct names after the bars: (names, first field of each, group of each field)."""
     width = int(lengths.max())
     padded = 8 if width <= 8 else width
-    positions = bars[:, None] + 1 + np.arange(padded)
-    gathered = buf[np.minimum(positions, len(buf) - 1)]
-    gathered[np.arange(padded) >= lengths[:, None]] = 0
-    keys = np.ascontiguousarray(gathered).view("<u8" if padded == 8 else f"S{padded}").ravel()
+    gathered = np.zeros((len(bars), padded), dtype=np.uint8)
+    for j in range(width):  # column by column: no (fields, width) index array
+        present = lengths > j
+        gathered[present, j] = buf[bars[present] + 1 + j]
+    keys = gathered.view("<u8" if padded == 8 else f"S{padded}").ravel()
     _, first, groups = np.unique(keys, return_index=True, return_inverse=True)
-    rows = gathered[first]
-    names = [bytes(row[: int(n)]) for row, n in zip(rows, lengths[first])]
+    names = [bytes(gathered[i, : int(lengths[i])]) for i in first]
     return names, first, groups.ravel()
 
 
-def _sparse_indices(buf: np.ndarray, blank: np.ndarray, colons: np.ndarray) -> np.ndarray:
-    """Integer before each colon when it is a whole token of digits, else -1 (the parser reports it)."""
-    is_digit = (buf >= _ZERO) & (buf <= _NINE)
-    non_digits = np.flatnonzero(~is_digit)
-    result = np.full(len(colons), -1, dtype=np.int64)
-    powers = 10 ** np.arange(_INDEX_DIGITS - 1, -1, -1, dtype=np.int64)
-    for lo in range(0, len(colons), _COLON_BATCH):
-        at = colons[lo : lo + _COLON_BATCH]
-        before = non_digits[np.searchsorted(non_digits, at) - 1]  # the colon itself is a non-digit
-        digits = at - before - 1
-        ok = (digits >= 1) & (digits <= _INDEX_DIGITS) & blank[before]
-        window = at[:, None] - _INDEX_DIGITS + np.arange(_INDEX_DIGITS)
-        values = buf[np.maximum(window, 0)].astype(np.int64) - _ZERO
-        values[window <= before[:, None]] = 0
-        number = values @ powers
-        result[lo : lo + _COLON_BATCH] = np.where(ok & (number < MAX_SPARSE_DIM), number, -1)
-    return result
+def _sparse_indices(buf: np.ndarray, colons: np.ndarray) -> np.ndarray:
+    """The integer before each colon when it is a whole token of digits, else -1 (the parser reports it)."""
+    number = np.zeros(len(colons), dtype=np.int64)
+    digits = np.zeros(len(colons), dtype=np.int64)
+    running = np.ones(len(colons), dtype=bool)
+    for j in range(1, _INDEX_DIGITS + 2):  # walk back from the colon over at most _INDEX_DIGITS digits
+        byte = buf[np.maximum(colons - j, 0)]
+        is_digit = running & (byte >= _ZERO) & (byte <= _NINE) & (colons - j >= 0)
+        if not is_digit.any():
+            break
+        number += np.where(is_digit, (byte.astype(np.int64) - _ZERO) * 10 ** (j - 1), 0)
+        digits += is_digit
+        running = is_digit
+    before = buf[np.maximum(colons - digits - 1, 0)]
+    whole = (digits >= 1) & (digits <= _INDEX_DIGITS) & ((before <= 0x20) | (before == _PIPE))
+    return np.where(whole & (number < MAX_SPARSE_DIM), number, -1)

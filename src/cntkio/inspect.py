@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from .deserializer import DenseStream, SparseStream, StreamData
-from .errors import FormatError
+from .deserializer import SparseStream, StreamData
+from .errors import FormatError, Location
 from .formats.ctf import CTFDeserializer
 from .infer import infer_streams
 from .streams import StreamDef
@@ -57,7 +57,7 @@ class StreamStats:
         self.empty_sequences += int(np.count_nonzero(per_sequence == 0))
         if len(per_sequence):
             self.max_samples_in_sequence = max(self.max_samples_in_sequence, int(per_sequence.max()))
-        self.samples += len(data.seq_offsets) and int(data.seq_offsets[-1] - data.seq_offsets[0])
+        self.samples += int(data.seq_offsets[-1] - data.seq_offsets[0])
         values = data.values
         if isinstance(data, SparseStream):
             nnz = np.diff(data.indptr)
@@ -182,7 +182,7 @@ def inspect_file(
     Args:
         path: the CTF file.
         streams: the streams to read; ``None`` infers them from a full scan of the file.
-        max_errors: stop reading once more than this many errors were found (``None``: no limit).
+        max_errors: stop reading after this many errors and list only these (``None``: no limit).
         skip_sequence_ids, precision, optional_inputs: as in :class:`~cntkio.CTFDeserializer`.
         progress: called with (phase, done, total) while scanning and parsing.
 
@@ -198,7 +198,7 @@ def inspect_file(
     stats = [StreamStats(s) for s in streams]
     report = Report(path, size, inferred, stats)
     if not streams:
-        report.fatal = FormatError("no '|name' input found in the file", _start_of(path))
+        report.fatal = FormatError("no '|name' input found in the file", Location(path, 0, 1, 1))
         return report
     definitions = {s.name: StreamDef(field=s.alias, shape=s.dim, is_sparse=s.is_sparse) for s in streams}
     try:
@@ -214,25 +214,19 @@ def inspect_file(
     limit = sys.maxsize if max_errors is None else max_errors
     chunks = reader.num_chunks()
     for chunk_id in range(chunks):
-        if reader.errors.count > limit:
+        if reader.errors.count >= limit:
+            report.stopped_early = True
             break
-        chunk = reader.get_chunk(chunk_id)
+        try:
+            chunk = reader.get_chunk(chunk_id)
+        except FormatError as e:
+            report.fatal = e
+            break
         for s in stats:
             s.add(chunk[s.spec.name])
         if progress is not None:
             progress("parsing", chunk_id + 1, chunks)
     errors = sorted(reader.errors.errors, key=lambda e: (e.offset, e.input or ""))
-    report.stopped_early = len(errors) > limit
+    report.stopped_early |= len(errors) > limit
     report.errors = errors[:limit]
     return report
-
-
-def _start_of(path: str) -> Any:
-    from .errors import Location
-
-    return Location(path, 0, 1, 1)
-
-
-def as_dense(data: StreamData) -> DenseStream:  # pragma: no cover - kept for symmetry
-    assert isinstance(data, DenseStream)
-    return data

@@ -33,7 +33,7 @@ class MinibatchData:
         end_of_sweep: bool,
         indices: np.ndarray | None = None,
         indptr: np.ndarray | None = None,
-        keys: list[Any] | None = None,
+        starts: np.ndarray | None = None,
     ):
         self.info = info
         self.values = values
@@ -41,7 +41,8 @@ class MinibatchData:
         self.indptr = indptr
         self.sequence_lengths = np.asarray(sequence_lengths, dtype=np.int64)
         self.end_of_sweep = bool(end_of_sweep)
-        self.keys = keys
+        self._starts = starts  # per flat sample: begins a sequence (truncated BPTT rows hold several)
+        self.provenance: Any = None  # set by the source: where each sequence comes from
 
     # --- counts (cntk.io names and their aliases) ---------------------------------------------
     @property
@@ -65,6 +66,11 @@ class MinibatchData:
     @property
     def is_sparse(self) -> bool:
         return self.info.is_sparse
+
+    @property
+    def keys(self) -> list[Any] | None:
+        """``(source, sequence key)`` of each sequence (each piece, for truncated BPTT rows)."""
+        return self.provenance.keys if self.provenance is not None else None
 
     @property
     def sample_shape(self) -> tuple[int, ...]:
@@ -121,7 +127,10 @@ class MinibatchData:
         if self.num_samples:
             rows, steps = self._positions()
             mask[rows, steps] = 1
-            mask[self.sequence_lengths > 0, 0] = 2
+            if self._starts is None:
+                mask[self.sequence_lengths > 0, 0] = 2
+            else:
+                mask[rows[self._starts], steps[self._starts]] = 2
         return mask
 
     @property

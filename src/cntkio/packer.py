@@ -19,19 +19,21 @@ def expand_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.arange(total, dtype=np.int64) + shift
 
 
-def _sample_rows(data: StreamData, sequences: np.ndarray, frames: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+def _sample_rows(
+    data: StreamData, sequences: np.ndarray, offsets: np.ndarray | None, counts: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
     """Rows (samples) of the chunk to take and the number of rows per unit."""
-    offsets = data.seq_offsets
-    starts = offsets[sequences]
-    lengths = offsets[sequences + 1] - starts
-    if frames is None:
+    seq_offsets = data.seq_offsets
+    starts = seq_offsets[sequences]
+    lengths = seq_offsets[sequences + 1] - starts
+    if offsets is None or counts is None:
         return expand_ranges(starts, lengths), lengths
-    if np.any(frames >= lengths):
+    if np.any(offsets + counts > lengths):
         raise CNTKIOError(
-            "frame mode needs every stream of a sequence to have one sample per frame; "
-            "a stream has fewer samples than the sequence has frames"
+            "frame mode and truncated BPTT need every stream of a sequence to have as many samples as the "
+            "sequence is long; a stream is shorter"
         )
-    return starts + frames, np.ones(len(sequences), dtype=np.int64)
+    return expand_ranges(starts + offsets, counts), counts
 
 
 def _is_run(sequences: np.ndarray) -> bool:
@@ -41,17 +43,20 @@ def _is_run(sequences: np.ndarray) -> bool:
 
 
 def gather(
-    data: StreamData, sequences: np.ndarray, frames: np.ndarray | None
+    data: StreamData, sequences: np.ndarray, offsets: np.ndarray | None = None, counts: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray]:
-    """Selects units of one chunk: returns (values, indices, indptr, lengths) in the given order."""
-    if frames is None and _is_run(sequences):
+    """Selects whole sequences, or ``counts`` samples from ``offsets`` of each, from one chunk.
+
+    Returns (values, indices, indptr, samples per unit); whole consecutive sequences are zero-copy views.
+    """
+    if offsets is None and _is_run(sequences):
         first, last = int(data.seq_offsets[sequences[0]]), int(data.seq_offsets[sequences[-1] + 1])
         lengths = np.diff(data.seq_offsets[sequences[0] : sequences[-1] + 2])
         if isinstance(data, DenseStream):
             return data.values[first:last], None, None, lengths
         lo, hi = int(data.indptr[first]), int(data.indptr[last])
         return data.values[lo:hi], data.indices[lo:hi], data.indptr[first : last + 1] - lo, lengths
-    rows, lengths = _sample_rows(data, sequences, frames)
+    rows, lengths = _sample_rows(data, sequences, offsets, counts)
     if isinstance(data, DenseStream):
         return data.values[rows], None, None, lengths
     row_starts = data.indptr[rows]
@@ -60,32 +65,45 @@ def gather(
     return data.values[entries], data.indices[entries], _exclusive_cumsum(nnz), lengths
 
 
+Part = tuple[StreamData, np.ndarray, "np.ndarray | None", "np.ndarray | None"]
+
+
 def pack(
     info: StreamInformation,
-    parts: list[tuple[StreamData, np.ndarray, np.ndarray | None]],
+    parts: list[Part],
     order: np.ndarray | None,
     end_of_sweep: bool,
+    row_lengths: np.ndarray | None = None,
+    starts: np.ndarray | None = None,
 ) -> MinibatchData:
     """Builds a stream's MinibatchData from per-chunk parts.
 
-    ``parts`` holds (chunk data, sequence indices, frame indices or None) per chunk; ``order`` maps
-    the concatenated units back to minibatch order (None when they already are in order).
+    ``parts`` holds (chunk data, sequence indices, offsets, counts) per chunk; ``order`` maps the
+    concatenated units back to minibatch order (None when they already are in order). With
+    ``row_lengths`` consecutive units fill output rows of those lengths (truncated BPTT) and
+    ``starts`` flags the units that begin a sequence.
     """
-    gathered = [gather(data, sequences, frames) for data, sequences, frames in parts]
+    gathered = [gather(*part) for part in parts]
     lengths = np.concatenate([g[3] for g in gathered])
     if info.is_sparse:
         values = np.concatenate([g[0] for g in gathered])
         indices = np.concatenate([g[1] for g in gathered])  # type: ignore[misc]
         nnz = np.concatenate([np.diff(g[2]) for g in gathered])  # type: ignore[arg-type]
         if order is not None:
-            sample_starts = _exclusive_cumsum(lengths)[:-1]
-            rows = expand_ranges(sample_starts[order], lengths[order])
-            entry_starts = _exclusive_cumsum(nnz)[:-1]
-            entries = expand_ranges(entry_starts[rows], nnz[rows])
-            values, indices, nnz, lengths = values[entries], indices[entries], nnz[rows], lengths[order]
-        return MinibatchData(info, values, lengths, end_of_sweep, indices=indices, indptr=_exclusive_cumsum(nnz))
-    values = gathered[0][0] if len(gathered) == 1 else np.concatenate([g[0] for g in gathered])
-    if order is not None:
-        rows = expand_ranges(_exclusive_cumsum(lengths)[:-1][order], lengths[order])
-        values, lengths = values[rows], lengths[order]
-    return MinibatchData(info, values, lengths, end_of_sweep)
+            sample_rows = expand_ranges(_exclusive_cumsum(lengths)[:-1][order], lengths[order])
+            entries = expand_ranges(_exclusive_cumsum(nnz)[:-1][sample_rows], nnz[sample_rows])
+            values, indices, nnz, lengths = values[entries], indices[entries], nnz[sample_rows], lengths[order]
+    else:
+        values = gathered[0][0] if len(gathered) == 1 else np.concatenate([g[0] for g in gathered])
+        if order is not None:
+            sample_rows = expand_ranges(_exclusive_cumsum(lengths)[:-1][order], lengths[order])
+            values, lengths = values[sample_rows], lengths[order]
+        indices = nnz = None
+    sample_starts = None
+    if row_lengths is not None:
+        assert starts is not None
+        sample_starts = np.zeros(int(lengths.sum()), dtype=bool)
+        sample_starts[_exclusive_cumsum(lengths)[:-1][starts & (lengths > 0)]] = True
+        lengths = row_lengths
+    indptr = _exclusive_cumsum(nnz) if nnz is not None else None
+    return MinibatchData(info, values, lengths, end_of_sweep, indices=indices, indptr=indptr, starts=sample_starts)

@@ -3,24 +3,31 @@
 from __future__ import annotations
 
 import enum
+import hashlib
+import json
 import math
-from collections.abc import Iterator, Mapping
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 
+from .bptt import BpttSlots, row_layout
 from .chunk_cache import ChunkCache
+from .data_slice import parse_slice
 from .deserializer import Deserializer
 from .errors import ConfigError
 from .minibatch import MinibatchData
-from .packer import pack
+from .packer import Part, pack
 from .streams import Record, StreamInformation
-from .timeline import SweepPlan, Timeline
+from .timeline import Randomization, SweepPlan, Timeline
 
 INFINITELY_REPEAT = 2**64 - 1
 FULL_DATA_SWEEP = 2**64 - 2
 DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS = 128
 CHECKPOINT_VERSION = 1
+_ALL = 2**62  # a cursor past every position: the partition consumed its whole share of the sweep
 
 
 class TraceLevel(enum.IntEnum):
@@ -29,8 +36,35 @@ class TraceLevel(enum.IntEnum):
     Info = 2
 
 
+class Provenance:
+    """Where the units of a minibatch come from: ``keys`` lists ``(source, sequence key)`` per unit
+    (``(source, (key, frame))`` in frame mode), computed when first asked for."""
+
+    def __init__(self, deserializer: Deserializer, timeline: Timeline, units: np.ndarray):
+        self._deserializer, self._timeline, self.units = deserializer, timeline, units
+
+    @cached_property
+    def keys(self) -> list[tuple[str, Any]]:
+        source = self._deserializer.source_name
+        keys = self._deserializer.sequence_keys(self._timeline.unit_sequence[self.units])
+        frames = self._timeline.unit_frame
+        if frames is not None:
+            return [(source, (key, frame)) for key, frame in zip(keys, frames[self.units].tolist())]
+        return [(source, key) for key in keys]
+
+
 class Minibatch(dict):  # type: ignore[type-arg]
-    """``{StreamInformation: MinibatchData}`` that can also be indexed by stream name."""
+    """``{StreamInformation: MinibatchData}`` that can also be indexed by stream name.
+
+    ``sequence_keys`` lists the provenance ``(source, sequence key)`` of each sequence, in row order (for
+    truncated BPTT: of each piece of a row, in order).
+    """
+
+    provenance: Provenance
+
+    @property
+    def sequence_keys(self) -> list[tuple[str, Any]]:
+        return self.provenance.keys
 
     def __missing__(self, key: Any) -> MinibatchData:
         if isinstance(key, str):
@@ -45,15 +79,17 @@ def _is_unbounded(value: Any) -> bool:
 
 
 class MinibatchSource:
-    """Reads minibatches from one or more deserializers.
+    """Reads minibatches from a deserializer.
 
-    Same arguments and defaults as ``cntk.io.MinibatchSource``. Sweeps run on from each other: a
-    minibatch may hold the end of one sweep and the start of the next (``end_of_sweep`` is set).
+    Same arguments and defaults as ``cntk.io.MinibatchSource``, plus keyword-only extras:
+    ``compat`` (CNTK's exact randomization order), ``data_slice`` (read only a deterministic slice of
+    the sequences, e.g. ``"[10%:20%]"`` or ``"[:5000]"``), ``prefetch`` and ``num_parse_threads``.
+    Sweeps run on from each other: a minibatch may end one sweep and start the next (``end_of_sweep``).
     """
 
     def __init__(
         self,
-        deserializers: Deserializer | list[Deserializer],
+        deserializers: Deserializer | Sequence[Deserializer],
         max_samples: int = INFINITELY_REPEAT,
         max_sweeps: int = INFINITELY_REPEAT,
         randomization_window_in_chunks: int = DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS,
@@ -65,7 +101,10 @@ class MinibatchSource:
         truncation_length: int = 0,
         randomize: bool = True,
         *,
+        compat: bool = False,
+        data_slice: str | slice | None = None,
         prefetch: bool = True,
+        num_parse_threads: int | None = None,
     ):
         deserializers = list(deserializers) if isinstance(deserializers, (list, tuple)) else [deserializers]
         if not deserializers:
@@ -80,10 +119,7 @@ class MinibatchSource:
             raise ConfigError("frame_mode and truncation_length cannot be used together")
         if truncation_length < 0:
             raise ConfigError(f"truncation_length must be >= 0, got {truncation_length}")
-        if randomize and (randomization_window_in_chunks or randomization_window_in_samples):
-            raise NotImplementedError("randomize=True (block randomization) is not implemented yet; pass randomize=False")
-        if truncation_length > 0:
-            raise NotImplementedError("truncated BPTT packing is not implemented yet")
+        del multithreaded_deserializer  # chunks are always parsed on a thread pool
         self._deserializer = deserializers[0]
         for deserializer in deserializers:
             if hasattr(deserializer, "trace_level"):
@@ -93,16 +129,32 @@ class MinibatchSource:
         self._infos = self._deserializer.stream_infos()
         self.streams = Record({info.name: info for info in self._infos})
         self.frame_mode = bool(frame_mode)
+        self.truncation_length = int(truncation_length)
+        sample_window = bool(randomization_window_in_samples)
+        window = int(randomization_window_in_samples or randomization_window_in_chunks)
+        self.randomization = Randomization(
+            enabled=bool(randomize) and window > 0,
+            window=window,
+            sample_window=sample_window,
+            seed=int(randomization_seed),
+            compat=bool(compat),
+        )
+        lengths = self._deserializer.sequence_lengths()
+        self.data_slice = parse_slice(data_slice, len(lengths))
         self._timeline = Timeline(
-            self._deserializer.sequence_lengths(), self._deserializer.chunk_sequence_counts(), self.frame_mode
+            lengths, self._deserializer.chunk_sequence_counts(), self.frame_mode, self.randomization, self.data_slice
         )
         if self._timeline.sweep_size == 0:
             raise ConfigError("the data has no samples")
         self.max_samples, self.max_sweeps = max_samples, max_sweeps
         self._epoch_end = self._compute_epoch_end()
-        self._cache = ChunkCache(self._deserializer, capacity=3, prefetch=prefetch)
+        threads = num_parse_threads if num_parse_threads is not None else min(2, os.cpu_count() or 1)
+        self._cache = ChunkCache(self._deserializer, threads if prefetch else 0)
         self._sweep = 0
         self._cursor = 0
+        self._partitioning: tuple[int, int] | None = None
+        self._layers: dict[int, list[tuple[int, list[int]]]] = {}
+        self._slots = BpttSlots(self.truncation_length)
 
     def _compute_epoch_end(self) -> float:
         size = self._timeline.sweep_size
@@ -137,12 +189,12 @@ class MinibatchSource:
         """Samples in one sweep (index lengths; frames in frame mode)."""
         return self._timeline.sweep_size
 
-    # --- reading ---------------------------------------------------------------------------------
     @property
     def position(self) -> int:
-        """Global sample position of the next unit to read."""
+        """Global sample position of this partition's cursor."""
         return self._sweep * self._timeline.sweep_size + int(self._timeline.plan(self._sweep).starts[self._cursor])
 
+    # --- reading ---------------------------------------------------------------------------------
     def next_minibatch(
         self,
         minibatch_size_in_samples: int,
@@ -151,7 +203,12 @@ class MinibatchSource:
         num_data_partitions: int | None = None,
         partition_index: int | None = None,
     ) -> dict[Any, MinibatchData]:
-        """The next minibatch, or ``{}`` once ``max_samples``/``max_sweeps`` is reached."""
+        """The next minibatch, or ``{}`` once ``max_samples``/``max_sweeps`` is reached.
+
+        With ``num_data_partitions=k``, partition ``i`` gets its share of every sweep: across the k
+        partitions each sequence is delivered exactly once. Each partition reads about
+        ``minibatch_size_in_samples / k`` samples per call.
+        """
         del device  # arrays are returned on the host
         if minibatch_size_in_samples <= 0:
             raise ValueError(f"minibatch_size_in_samples must be positive, got {minibatch_size_in_samples}")
@@ -159,14 +216,37 @@ class MinibatchSource:
         index = 0 if partition_index is None else int(partition_index)
         if partitions < 1 or not 0 <= index < partitions:
             raise ValueError(f"invalid partition {partition_index} of {num_data_partitions}")
-        budget = max(1, minibatch_size_in_samples // partitions + (index < minibatch_size_in_samples % partitions))
-        units, end_of_sweep = self._select(budget, partitions, index)
-        if len(units) == 0:
+        self._set_partitioning(partitions, index)
+        if self.truncation_length:
+            result = self._next_bptt(minibatch_size_in_samples, partitions, index)
+        else:
+            budget = max(1, minibatch_size_in_samples // partitions + (index < minibatch_size_in_samples % partitions))
+            units, end_of_sweep = self._select(budget, partitions, index)
+            result = self._pack(units, end_of_sweep) if len(units) else Minibatch()
+        if not result:
             return {}
-        result = self._pack(units, end_of_sweep)
         if input_map is None:
             return result
         return {key: result[stream if isinstance(stream, str) else stream.name] for key, stream in input_map.items()}
+
+    def _set_partitioning(self, partitions: int, index: int) -> None:
+        """Starts a new partitioning layer when the partition count changes mid-sweep."""
+        current = self._partitioning
+        if current is not None and current[0] != partitions and self._cursor > 0:
+            # Without the other partitions' cursors, assume they all reached this one's position.
+            self._layers.setdefault(self._sweep, []).append((current[0], [self._cursor] * current[0]))
+            self._cursor = 0
+        self._partitioning = (partitions, index)
+
+    def _candidates(self, plan: SweepPlan, stop: int, partitions: int, index: int) -> np.ndarray:
+        """Positions in [cursor, stop) this partition owns and no earlier partitioning consumed."""
+        positions = np.arange(self._cursor, stop, dtype=np.int64)
+        if partitions > 1:
+            positions = positions[self._timeline.owners(plan, positions, partitions) == index]
+        for old_partitions, cursors in self._layers.get(plan.sweep, []):
+            owners = self._timeline.owners(plan, positions, old_partitions)
+            positions = positions[positions >= np.asarray(cursors, dtype=np.int64)[owners]]
+        return positions
 
     def _select(self, budget: int, partitions: int, index: int) -> tuple[np.ndarray, bool]:
         """Advances the cursor over the timeline; returns the units taken and whether a sweep ended."""
@@ -174,6 +254,7 @@ class MinibatchSource:
         taken: list[np.ndarray] = []
         total = 0
         end_of_sweep = False
+        idle_sweeps = 0
         while total < budget:
             plan = timeline.plan(self._sweep)
             base = self._sweep * timeline.sweep_size
@@ -181,11 +262,7 @@ class MinibatchSource:
                 break
             # Every unit has at least one sample, so the budget bounds how far to look ahead.
             stop = min(len(plan), self._cursor + (budget - total + 1) * partitions)
-            candidates = np.arange(self._cursor, stop, dtype=np.int64)
-            if partitions > 1:
-                candidates = candidates[timeline.owners(plan, candidates, partitions) == index]
-                if len(candidates) == 0 and self._cursor == 0 and stop == len(plan):
-                    break  # this partition owns no unit of the sweep
+            candidates = self._candidates(plan, stop, partitions, index)
             running = total + np.cumsum(plan.lengths[candidates])
             fits = int(np.searchsorted(running, budget, side="right"))
             if total == 0:
@@ -200,7 +277,11 @@ class MinibatchSource:
                     self._cursor = stop
                     continue
                 end_of_sweep = True
+                self._layers.pop(self._sweep, None)
                 self._sweep, self._cursor = self._sweep + 1, 0
+                idle_sweeps = 0 if taken else idle_sweeps + 1
+                if idle_sweeps > 1:
+                    break  # this partition owns no unit at all
                 continue
             if in_epoch < fits:
                 self._cursor = int(candidates[count])  # the epoch ends before this unit
@@ -210,56 +291,187 @@ class MinibatchSource:
         units = np.concatenate(taken) if taken else np.zeros(0, dtype=np.int64)
         return units, end_of_sweep
 
-    def _pack(self, units: np.ndarray, end_of_sweep: bool) -> Minibatch:
+    def _next_bptt(self, minibatch_size: int, partitions: int, index: int) -> Minibatch:
+        """Truncated BPTT: every slot yields ``truncation_length`` steps, carrying sequences over."""
+        length = self.truncation_length
+        total_slots = max(1, minibatch_size // length)
+        if partitions > total_slots:
+            raise ValueError(
+                f"{partitions} partitions need a minibatch of at least {partitions * length} samples with "
+                f"truncation_length={length}"
+            )
+        self._slots.resize(total_slots // partitions + (index < total_slots % partitions))
+        end_of_sweep = False
+        for slot in range(len(self._slots.slots)):
+            while self._slots.pending(slot) <= length:
+                units, ended = self._select(1, partitions, index)
+                end_of_sweep |= ended
+                if not len(units):
+                    break
+                for unit in units.tolist():
+                    self._slots.push(slot, unit, int(self._timeline.unit_length[unit]))
+        if self._slots.is_empty():
+            return Minibatch()
+        units, offsets, counts, row_lengths, starts = row_layout(self._slots.cut())
+        return self._pack(units, end_of_sweep, offsets, counts, row_lengths, starts)
+
+    def _pack(
+        self,
+        units: np.ndarray,
+        end_of_sweep: bool,
+        offsets: np.ndarray | None = None,
+        counts: np.ndarray | None = None,
+        row_lengths: np.ndarray | None = None,
+        starts: np.ndarray | None = None,
+    ) -> Minibatch:
         """Parses (or takes from the cache) the chunks the units live in and packs every stream."""
         chunks, sequences, frames = self._timeline.locate(units)
+        if frames is not None:
+            offsets, counts = frames, np.ones(len(frames), dtype=np.int64)
         unique, inverse = np.unique(chunks, return_inverse=True)
         order = None
+        groups: list[np.ndarray | slice] = [slice(None)]
         if len(unique) > 1:
             grouping = np.argsort(inverse, kind="stable")
             if np.any(np.diff(grouping) != 1):
                 order = np.argsort(grouping)
+            groups = [np.flatnonzero(inverse == i) for i in range(len(unique))]
         loaded = {int(c): self._cache.get(int(c)) for c in unique}
-        self._prefetch_next(set(loaded))
-        groups = [np.flatnonzero(inverse == i) for i in range(len(unique))] if len(unique) > 1 else [None]
+        self._manage_memory(set(loaded), len(units))
         result = Minibatch()
         for info in self._infos:
-            parts = []
-            for chunk_id, group in zip(unique.tolist(), groups):
-                selected = sequences if group is None else sequences[group]
-                frame_part = None if frames is None else (frames if group is None else frames[group])
-                parts.append((loaded[chunk_id][info.name], selected, frame_part))
-            result[info] = pack(info, parts, order, end_of_sweep)
+            parts: list[Part] = [
+                (
+                    loaded[chunk_id][info.name],
+                    sequences[group],
+                    None if offsets is None else offsets[group],
+                    None if counts is None else counts[group],
+                )
+                for chunk_id, group in zip(unique.tolist(), groups)
+            ]
+            result[info] = pack(info, parts, order, end_of_sweep, row_lengths, starts)
+        provenance = Provenance(self._deserializer, self._timeline, units)
+        result.provenance = provenance
+        for data in result.values():
+            data.provenance = provenance
         return result
 
-    def _prefetch_next(self, in_use: set[int]) -> None:
-        upcoming = self._timeline.upcoming_chunks(self._timeline.plan(self._sweep), self._cursor)
+    def _manage_memory(self, in_use: set[int], last_count: int) -> None:
+        """Prefetches the chunks the next reads need and drops the ones no read needs any more."""
+        timeline = self._timeline
+        plan = timeline.plan(self._sweep)
+        first, last = plan.chunk_spans
+        horizon = self._cursor + max(64, 2 * last_count * (self._partitioning or (1, 0))[0])
+        soon = (first < horizon) & (last >= self._cursor)
+        if self._partitioning and self._partitioning[0] > 1 and timeline.chunk_level_partitions(self._partitioning[0]):
+            partitions, index = self._partitioning
+            soon &= plan.chunk_rank % partitions == index
+        candidates = np.flatnonzero(soon)
+        upcoming = timeline.active_chunks[candidates[np.argsort(first[candidates], kind="stable")]].tolist()
+        pending = set(timeline.locate(np.asarray(self._slots.units(), dtype=np.int64))[0].tolist())
         for chunk_id in upcoming:
             self._cache.prefetch(chunk_id)
-        self._cache.evict_except(in_use | set(upcoming))
+        self._cache.retain(in_use | set(upcoming) | pending)
 
     # --- checkpoints -----------------------------------------------------------------------------
+    def _fingerprint(self) -> str:
+        """Identifies the data and the configuration that decide the order."""
+        timeline = self._timeline
+        description = json.dumps(
+            [
+                timeline.sweep_size,
+                timeline.num_units,
+                timeline.num_chunks,
+                int(timeline.units_per_chunk.sum()),
+                self.randomization.__dict__,
+                self.frame_mode,
+                self.truncation_length,
+                self.data_slice,
+            ],
+            sort_keys=True,
+        )
+        return hashlib.sha256(description.encode()).hexdigest()[:16]
+
     def get_checkpoint_state(self) -> dict[str, Any]:
-        """A small JSON-serialisable dict; restore it with :meth:`restore_from_checkpoint`."""
-        return {
+        """A small, versioned, JSON-serialisable dict; :meth:`restore_from_checkpoint` continues from it
+        exactly (also in a new process, and with another partition count after :meth:`merge_checkpoints`)."""
+        state: dict[str, Any] = {
             "version": CHECKPOINT_VERSION,
             "minibatchSourcePosition": self.position,
             "sweep": self._sweep,
             "cursor": self._cursor,
+            "partitioning": list(self._partitioning) if self._partitioning else None,
+            "layers": {str(s): [[n, list(c)] for n, c in layers] for s, layers in self._layers.items()},
+            "fingerprint": self._fingerprint(),
         }
+        if self.truncation_length:
+            state["bptt_slots"] = self._slots.state()
+        return state
 
     def restore_from_checkpoint(self, state: Mapping[str, Any]) -> None:
-        """Continues from a state of :meth:`get_checkpoint_state` (or CNTK's ``minibatchSourcePosition``)."""
-        if "sweep" in state and "cursor" in state:
-            self._sweep, self._cursor = int(state["sweep"]), int(state["cursor"])
-        else:
-            position = int(state["minibatchSourcePosition"])
-            self._sweep, within = divmod(position, self._timeline.sweep_size)
-            plan = self._timeline.plan(self._sweep)
-            self._cursor = int(np.searchsorted(plan.starts[:-1], within, side="left"))
-            if self._cursor >= len(plan):
-                self._sweep, self._cursor = self._sweep + 1, 0
+        """Continues from a state of :meth:`get_checkpoint_state` (or CNTK's ``{'minibatchSourcePosition': n}``,
+        rounded up to the next sequence boundary)."""
+        if "sweep" not in state:
+            self._restore_position(int(state["minibatchSourcePosition"]))
+            return
+        if int(state.get("version", CHECKPOINT_VERSION)) > CHECKPOINT_VERSION:
+            raise ConfigError(f"checkpoint version {state['version']} is newer than this cntkio understands")
+        if state.get("fingerprint") not in (None, self._fingerprint()):
+            raise ConfigError("the checkpoint was taken with other data or another configuration (fingerprint differs)")
+        self._sweep, self._cursor = int(state["sweep"]), int(state["cursor"])
+        partitioning = state.get("partitioning")
+        self._partitioning = (int(partitioning[0]), int(partitioning[1])) if partitioning else None
+        self._layers = {
+            int(s): [(int(n), [int(c) for c in cursors]) for n, cursors in layers]
+            for s, layers in dict(state.get("layers", {})).items()
+        }
+        self._slots.restore(state.get("bptt_slots", []))
         self._epoch_end = self._compute_epoch_end()
+
+    def _restore_position(self, position: int) -> None:
+        self._sweep, within = divmod(position, self._timeline.sweep_size)
+        plan = self._timeline.plan(self._sweep)
+        self._cursor = int(np.searchsorted(plan.starts[:-1], within, side="left"))
+        if self._cursor >= len(plan):
+            self._sweep, self._cursor = self._sweep + 1, 0
+        self._partitioning, self._layers = None, {}
+        self._slots.restore([])
+        self._epoch_end = self._compute_epoch_end()
+
+    @staticmethod
+    def merge_checkpoints(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """Combines the states of all k partitions into one that restores with any partition count.
+
+        The sequences the k partitions had not read yet are then shared by the new partitions.
+        """
+        if not states:
+            raise ValueError("no checkpoint states to merge")
+        partitionings = {tuple(s.get("partitioning") or (1, 0)) for s in states}
+        count = len(states)
+        if sorted(p[1] for p in partitionings) != list(range(count)) or {p[0] for p in partitionings} != {count}:
+            raise ValueError("merge_checkpoints needs the states of every partition of one partitioning")
+        if any(s.get("bptt_slots") for s in states):
+            raise ValueError("truncated BPTT states carry sequences in flight and cannot be merged")
+        ordered = sorted(states, key=lambda s: s["partitioning"][1] if s.get("partitioning") else 0)
+        first_sweep = min(int(s["sweep"]) for s in ordered)
+        last_sweep = max(int(s["sweep"]) for s in ordered)
+        layers: dict[str, list[list[Any]]] = {}
+        for sweep in range(first_sweep, last_sweep + 1):
+            inherited = ordered[0].get("layers", {}).get(str(sweep), [])
+            cursors = [
+                int(s["cursor"]) if int(s["sweep"]) == sweep else (_ALL if int(s["sweep"]) > sweep else 0)
+                for s in ordered
+            ]
+            layers[str(sweep)] = [*inherited, [count, cursors]]
+        return {
+            "version": CHECKPOINT_VERSION,
+            "minibatchSourcePosition": min(int(s["minibatchSourcePosition"]) for s in ordered),
+            "sweep": first_sweep,
+            "cursor": 0,
+            "partitioning": None,
+            "layers": layers,
+            "fingerprint": ordered[0].get("fingerprint"),
+        }
 
     @property
     def current_position(self) -> dict[str, Any]:
@@ -278,5 +490,5 @@ class MinibatchSource:
             yield minibatch
 
     def close(self) -> None:
-        """Stops background prefetching."""
+        """Stops background parsing."""
         self._cache.close()

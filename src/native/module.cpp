@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "ctf.hpp"
+#include "randomizer.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -140,6 +141,17 @@ nb::ndarray<nb::numpy, int64_t> chunk(OffsetArray offsets, OffsetArray ends, int
   return to_numpy(std::move(starts));
 }
 
+nb::tuple compat_order(const std::vector<int64_t>& units_per_chunk, const std::vector<int64_t>& samples_per_chunk,
+                       int64_t window, bool sample_window, uint64_t seed) {
+  cntkio::randomizer::CompatOrder r;
+  {
+    nb::gil_scoped_release release;
+    r = cntkio::randomizer::compat_block_order(units_per_chunk, samples_per_chunk, window, sample_window, seed);
+  }
+  return nb::make_tuple(to_numpy(std::move(r.units)), to_numpy(std::move(r.chunk_order)),
+                        to_numpy(std::move(r.window_begin)), to_numpy(std::move(r.window_end)));
+}
+
 }  // namespace
 
 NB_MODULE(_native, m) {
@@ -152,4 +164,7 @@ NB_MODULE(_native, m) {
         "Parse CTF sequences into flat NumPy buffers (GIL released).");
   m.def("ctf_chunk_starts", &chunk, "offsets"_a, "ends"_a, "limit"_a,
         "First sequence of each chunk under a byte budget.");
+  m.def("compat_block_order", &compat_order, "units_per_chunk"_a, "samples_per_chunk"_a, "window"_a,
+        "sample_window"_a, "seed"_a,
+        "CNTK's BlockRandomizer order of one sweep (MT19937-64): (units, chunk_order, window_begin, window_end).");
 }

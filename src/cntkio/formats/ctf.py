@@ -257,6 +257,11 @@ class CTFDeserializer(Deserializer):
     def chunk_sequence_counts(self) -> np.ndarray:
         return np.diff(self._chunk_bounds)
 
+    def sequence_keys(self, sequence_ids: np.ndarray) -> list[Any]:
+        if isinstance(self._keys, np.ndarray):
+            return self._keys[sequence_ids].tolist()  # type: ignore[no-any-return]
+        return [self._keys[i] for i in sequence_ids.tolist()]
+
     def get_chunk(self, chunk_id: int) -> dict[str, StreamData]:
         a, b = self._chunk_range(chunk_id)
         start, end = int(self._offsets[a]), int(self._ends[b - 1])

@@ -1,0 +1,224 @@
+"""The ``cntkio`` command line: ``cntkio inspect FILE`` validates a CTF file and summarises it.
+
+Exit status: 0 valid, 1 errors found in the data, 2 usage error or unreadable file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from .errors import ConfigError, FormatError
+from .inspect import Progress, Report, StreamSpec, inspect_file
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+PROGRESS_MIN_BYTES = 64 * 1024 * 1024
+_HISTOGRAM_WIDTH = 40
+
+
+def stream_spec(text: str) -> StreamSpec:
+    """Parses ``NAME:DIM:dense|sparse[:ALIAS]`` (the alias defaults to the name)."""
+    parts = text.split(":", 3)
+    if len(parts) < 3:
+        raise argparse.ArgumentTypeError(f"expected NAME:DIM:dense|sparse[:ALIAS], got {text!r}")
+    name, dim, storage = parts[0], parts[1], parts[2].lower()
+    alias = parts[3] if len(parts) == 4 else name
+    if not name or not alias:
+        raise argparse.ArgumentTypeError(f"empty stream name or alias in {text!r}")
+    if not dim.isdigit() or int(dim) <= 0:
+        raise argparse.ArgumentTypeError(f"DIM must be a positive integer, got {dim!r} in {text!r}")
+    if storage not in ("dense", "sparse"):
+        raise argparse.ArgumentTypeError(f"format must be 'dense' or 'sparse', got {parts[2]!r} in {text!r}")
+    return StreamSpec(name, int(dim), storage == "sparse", alias)
+
+
+def positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return int(text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cntkio", description="Tools for CNTK data files.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    inspect = commands.add_parser(
+        "inspect",
+        help="validate a CTF file and summarise what is in it",
+        description="Validate a CTF (CNTK text format) file: list every error with file:line:column, and "
+        "summarise sequences, sequence lengths and each stream's values. Without --stream, the streams "
+        "are inferred from a full scan of the file. Exit status: 0 valid, 1 errors, 2 usage or I/O error.",
+    )
+    inspect.add_argument("file", metavar="FILE", help="CTF file to inspect")
+    inspect.add_argument(
+        "--stream", metavar="NAME:DIM:dense|sparse[:ALIAS]", type=stream_spec, action="append", dest="streams",
+        help="a stream to read (repeatable); the alias after '|' defaults to NAME. Default: inferred from the file",
+    )  # fmt: skip
+    inspect.add_argument(
+        "--max-errors", metavar="N", type=positive_int,
+        help="stop after N errors (default: read the whole file and list every error)",
+    )  # fmt: skip
+    inspect.add_argument(
+        "--skip-sequence-ids", action="store_true", help="every line is a sequence; leading ids are ignored"
+    )
+    inspect.add_argument(
+        "--optional-inputs", action="store_true",
+        help="a stream may be absent from a sequence (otherwise that is an error)",
+    )  # fmt: skip
+    inspect.add_argument("--precision", choices=("float", "double"), default="float", help="value type")
+    inspect.add_argument("--json", action="store_true", help="print the report as JSON")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``cntkio`` console script; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        return _inspect(args)
+    except BrokenPipeError:  # output piped into e.g. `head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_INVALID
+    except KeyboardInterrupt:
+        return 130
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    path: str = args.file
+    if os.path.isdir(path):
+        return _fail(f"cannot read '{path}': it is a directory")
+    progress = _progress_printer(path)
+    try:
+        report = inspect_file(
+            path, args.streams, max_errors=args.max_errors, skip_sequence_ids=args.skip_sequence_ids,
+            precision=args.precision, optional_inputs=args.optional_inputs, progress=progress,
+        )  # fmt: skip
+    except OSError as e:
+        return _fail(f"cannot read '{path}': {e.strerror or e}")
+    except ConfigError as e:
+        return _fail(str(e))
+    finally:
+        if progress is not None:
+            sys.stderr.write("\r\033[K")
+    if args.json:
+        json.dump(report.to_dict(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print_report(report, sys.stdout)
+    return EXIT_OK if report.ok else EXIT_INVALID
+
+
+def _fail(message: str) -> int:
+    print(f"cntkio inspect: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _progress_printer(path: str) -> Progress | None:
+    """A one-line progress display on stderr, for big files and only when stderr is a terminal."""
+    try:
+        big = os.path.getsize(path) >= PROGRESS_MIN_BYTES
+    except OSError:
+        return None
+    if not big or not sys.stderr.isatty():
+        return None
+
+    def show(phase: str, done: int, total: int) -> None:
+        sys.stderr.write(f"\r{phase} {100 * done // max(total, 1):3d}%")
+        sys.stderr.flush()
+
+    return show
+
+
+# ------------------------------------------------------------------------------------ text report
+_MODES = {
+    "line": "line mode (one sequence per line)",
+    "numeric": "numeric sequence ids",
+    "text": "text sequence ids",
+}
+
+
+def print_report(report: Report, out: TextIO) -> None:
+    """Writes the human-readable report."""
+    data = report.to_dict()
+    out.write(f"file       {report.file} ({report.size:,} bytes")
+    out.write(f", {data['lines']:,} lines)\n" if "lines" in data else ")\n")
+    if "mode" in data:
+        chunks = data["chunks"]
+        out.write(f"mode       {_MODES.get(data['mode'], data['mode'])}\n")
+        out.write(f"sequences  {data['sequences']:,} in {chunks} chunk{'s' if chunks != 1 else ''}\n")
+        if data.get("skipped_lines"):
+            out.write(f"skipped    {data['skipped_lines']:,} blank or comment-only lines\n")
+        if data.get("skipped_sequences"):
+            out.write(f"skipped    {data['skipped_sequences']:,} sequences without the defining stream\n")
+    origin = "inferred from a full scan of the file" if report.streams_inferred else "as given by --stream"
+    out.write(f"streams    {len(report.streams)}, {origin}\n")
+    _write_table(out, [_stream_row(s) for s in data["streams"]])
+    lengths = data["sequence_lengths"]
+    if lengths and lengths["max"] is not None:
+        out.write(
+            f"length     min {lengths['min']}, mean {lengths['mean']:.4g}, median {lengths['median']:g}, "
+            f"max {lengths['max']} (samples per sequence)\n"
+        )
+        _write_histogram(out, lengths["histogram"])
+    if report.fatal is not None:
+        out.write(f"fatal      {_format_error(report.fatal)}\n")
+    if report.errors:
+        out.write(f"errors     {len(report.errors):,}{' (stopped early, see --max-errors)' if report.stopped_early else ''}\n")
+        for error in report.errors:
+            out.write(f"  {_format_error(error)}\n")
+    out.write("result     OK: no errors\n" if report.ok else "result     INVALID\n")
+
+
+def _stream_row(s: dict[str, Any]) -> list[str]:
+    values = s["values"]
+    if values["min"] is None:
+        value_text = "-"
+    else:
+        value_text = f"{values['min']:.4g} / {values['mean']:.4g} / {values['max']:.4g}"
+    if s["format"] == "sparse":
+        nnz = s["nnz_per_sample"]
+        density = (
+            f"nnz {nnz['min']}..{nnz['max']} (mean {nnz['mean']:.3g}), max index {s['max_index']}"
+            if nnz["mean"] is not None else "-"
+        )  # fmt: skip
+    else:
+        fraction = s["nonzero_fraction"]
+        density = "-" if fraction is None else f"{100 * fraction:.3g}% non-zero"
+    if s["empty_sequences"]:
+        density += f", absent from {s['empty_sequences']:,} sequences"
+    alias = s["alias"] if s["alias"] != s["name"] else ""
+    return [s["name"], alias, s["format"], str(s["dim"]), f"{s['samples']:,}", value_text, density]
+
+
+def _write_table(out: TextIO, rows: list[list[str]]) -> None:
+    header = ["name", "alias", "format", "dim", "samples", "values min / mean / max", "per sample"]
+    if not any(row[1] for row in rows):
+        header.pop(1)
+        rows = [row[:1] + row[2:] for row in rows]
+    table = [header, *rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    for row in table:
+        out.write("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() + "\n")
+
+
+def _write_histogram(out: TextIO, histogram: list[list[int]]) -> None:
+    if len(histogram) < 2:
+        return
+    labels = [str(low) if low == high else f"{low}-{high}" for low, high, _ in histogram]
+    peak = max(count for _, _, count in histogram)
+    width = max(len(label) for label in labels)
+    for label, (_, _, count) in zip(labels, histogram):
+        bar = "#" * (round(_HISTOGRAM_WIDTH * count / peak) if peak else 0)
+        out.write(f"  {label.rjust(width)}  {bar} {count:,}\n")
+
+
+def _format_error(error: FormatError) -> str:
+    where = error.file
+    if error.line is not None:
+        where += f":{error.line}" + (f":{error.column}" if error.column is not None else "")
+    details = [f"sequence {error.sequence_key}"] if error.sequence_key is not None else []
+    if error.input is not None:
+        details.append(f"input '{error.input}'")
+    return f"{where}: {error.reason}" + (f" ({', '.join(details)})" if details else "")
