@@ -54,84 +54,104 @@ def infer_streams(
     path: str | os.PathLike[str], *, block_size: int = BLOCK_SIZE, progress: Progress | None = None
 ) -> list[InferredStream]:
     """Scans the whole file and returns its streams in order of first appearance."""
-    tallies: dict[bytes, _Tally] = {}
+    scanner = _Scanner()
     total = os.path.getsize(path)
-    done = 0
-    with open(path, "rb") as f:
-        carry = b""
+    buffer = bytearray(block_size)
+    kept = done = 0  # kept: bytes of an unfinished line moved to the front of the buffer
+    with open(path, "rb", buffering=0) as f:
         while True:
-            block = f.read(block_size)
-            data = carry + block
-            cut = len(data) if not block else data.rfind(b"\n") + 1
+            if kept == len(buffer):  # a line longer than the buffer
+                buffer = buffer + bytearray(len(buffer))
+            got = f.readinto(memoryview(buffer)[kept:]) or 0
+            end = kept + got
+            cut = buffer.rfind(b"\n", 0, end) + 1 if got else end
             if cut:
-                _scan_block(np.frombuffer(data, np.uint8, cut), done - len(carry), tallies)
-            carry = data[cut:]
-            done += len(block)
+                scanner.scan(np.frombuffer(buffer, np.uint8, cut), done - kept)
+            buffer[: end - cut] = buffer[cut:end]
+            kept, done = end - cut, done + got
             if progress is not None:
                 progress(done, total)
-            if not block:
+            if not got:
                 break
-    ordered = sorted(tallies.items(), key=lambda item: item[1].first_offset)
+    ordered = sorted(scanner.tallies.items(), key=lambda item: item[1].first_offset)
     return [tally.stream(alias.decode("utf-8", "backslashreplace")) for alias, tally in ordered]
 
 
-def _scan_block(buf: np.ndarray, base: int, tallies: dict[bytes, _Tally]) -> None:
-    """Adds the fields of a block of whole lines to the per-alias tallies."""
-    is_pipe = buf == _PIPE
-    bars = np.flatnonzero(is_pipe)
-    if not len(bars):
-        return
-    n = len(buf)
-    blank = (buf <= 0x20) | is_pipe  # ends a name and separates values
-    # a name ends at the first blank after its bar, a field at the next '|' or newline (bars are in both lists)
-    blanks = np.append(np.flatnonzero(blank), n)
-    name_ends = blanks[np.flatnonzero(is_pipe[blanks[:-1]]) + 1]
-    stops = np.append(np.flatnonzero(is_pipe | (buf == _NEWLINE)), n)
-    field_ends = stops[np.flatnonzero(is_pipe[stops[:-1]]) + 1]
-    name_lengths = name_ends - bars - 1
-    fields = (name_lengths > 0) & (name_lengths <= MAX_ALIAS_BYTES)
-    fields &= buf[np.minimum(bars + 1, n - 1)] != ord("#")  # '|#' starts a comment
-    if not fields.any():
-        return
-    bars, name_ends, field_ends = bars[fields], name_ends[fields], field_ends[fields]
+class _Scanner:
+    """Tallies the fields of blocks of whole lines. Byte-sized work arrays are reused across blocks."""
 
-    # values of a field = tokens (a non-blank byte after a blank one) between its name and its end;
-    # running counts over the block give the count in (name_end, field_end) without a search
-    token_start = np.zeros(n + 1, dtype=bool)
-    token_start[1:n] = ~blank[1:] & blank[:-1]
-    tokens = np.cumsum(token_start, dtype=np.int32)
-    values = tokens[field_ends - 1] - tokens[name_ends]
+    def __init__(self) -> None:
+        self.tallies: dict[bytes, _Tally] = {}
+        self._flags = np.empty((3, 0), dtype=bool)
+        self._counts = np.empty(0, dtype=np.int32)
 
-    # sparse entries: the ':' among a field's values; the colons of a field are colons[first:last]
-    is_colon = np.zeros(n + 1, dtype=bool)
-    is_colon[:n] = buf == _COLON
-    has_colon = np.zeros(len(bars), dtype=bool)
-    field_max_index = np.full(len(bars), -1, dtype=np.int64)
-    if is_colon.any():
-        colon_count = np.cumsum(is_colon, dtype=np.int32)
-        first, last = colon_count[name_ends], colon_count[field_ends - 1]
-        has_colon = last > first
-        if has_colon.any():
-            index = np.append(_sparse_indices(buf, np.flatnonzero(is_colon)), -1)
-            bounds = np.stack([first[has_colon], last[has_colon]], axis=1).ravel()
-            field_max_index[has_colon] = np.maximum.reduceat(index, bounds)[::2]  # max over [first, last)
+    def scan(self, buf: np.ndarray, base: int) -> None:
+        """Adds the fields of ``buf`` (whole lines starting at file offset ``base``) to the tallies."""
+        n = len(buf)
+        if self._flags.shape[1] < n + 1:
+            self._flags = np.empty((3, n + 1), dtype=bool)
+            self._counts = np.empty(n + 1, dtype=np.int32)
+        is_pipe = np.equal(buf, _PIPE, out=self._flags[0, :n])
+        bars = np.flatnonzero(is_pipe)
+        if not len(bars):
+            return
+        blank = np.less_equal(buf, 0x20, out=self._flags[1, :n])  # ends a name and separates values
+        blank |= is_pipe
+        scratch = self._flags[2, : n + 1]
+        # a name ends at the first blank after its bar, a field at the next '|' or newline (bars are in both)
+        blanks = np.append(np.flatnonzero(blank), n)
+        name_ends = blanks[np.flatnonzero(is_pipe[blanks[:-1]]) + 1]
+        stop = np.equal(buf, _NEWLINE, out=scratch[:n])
+        stop |= is_pipe
+        stops = np.append(np.flatnonzero(stop), n)
+        field_ends = stops[np.flatnonzero(is_pipe[stops[:-1]]) + 1]
+        name_lengths = name_ends - bars - 1
+        fields = (name_lengths > 0) & (name_lengths <= MAX_ALIAS_BYTES)
+        fields &= buf[np.minimum(bars + 1, n - 1)] != ord("#")  # '|#' starts a comment
+        if not fields.any():
+            return
+        bars, name_ends, field_ends = bars[fields], name_ends[fields], field_ends[fields]
 
-    names, first_field, groups = _group_names(buf, bars, name_ends - bars - 1)
-    k = len(names)
-    samples = np.bincount(groups, minlength=k)
-    sparse = np.bincount(groups[has_colon], minlength=k)
-    dense = np.bincount(groups[~has_colon & (values > 0)], minlength=k)
-    max_values = np.zeros(k, dtype=np.int64)
-    np.maximum.at(max_values, groups, values)
-    max_index = np.full(k, -1, dtype=np.int64)
-    np.maximum.at(max_index, groups, field_max_index)
-    for j, name in enumerate(names):
-        tally = tallies.setdefault(name, _Tally(base + int(bars[first_field[j]])))
-        tally.samples += int(samples[j])
-        tally.sparse_samples += int(sparse[j])
-        tally.dense_samples += int(dense[j])
-        tally.max_values = max(tally.max_values, int(max_values[j]))
-        tally.max_index = max(tally.max_index, int(max_index[j]))
+        # values of a field = tokens (a non-blank byte after a blank one) between its name and its end;
+        # running counts over the block give the count in (name_end, field_end) without a search
+        token_start = scratch
+        token_start[0] = token_start[n] = False
+        np.logical_not(blank[1:], out=token_start[1:n])
+        token_start[1:n] &= blank[:-1]
+        tokens = np.cumsum(token_start, dtype=np.int32, out=self._counts[: n + 1])
+        values = tokens[field_ends - 1] - tokens[name_ends]
+
+        # sparse entries: the ':' among a field's values; the colons of a field are colons[first:last]
+        is_colon = scratch
+        np.equal(buf, _COLON, out=is_colon[:n])
+        is_colon[n] = False
+        has_colon = np.zeros(len(bars), dtype=bool)
+        field_max_index = np.full(len(bars), -1, dtype=np.int64)
+        if is_colon.any():
+            colon_count = np.cumsum(is_colon, dtype=np.int32, out=self._counts[: n + 1])
+            first, last = colon_count[name_ends], colon_count[field_ends - 1]
+            has_colon = last > first
+            if has_colon.any():
+                index = np.append(_sparse_indices(buf, np.flatnonzero(is_colon)), -1)
+                bounds = np.stack([first[has_colon], last[has_colon]], axis=1).ravel()
+                field_max_index[has_colon] = np.maximum.reduceat(index, bounds)[::2]  # max over [first, last)
+
+        names, first_field, groups = _group_names(buf, bars, name_ends - bars - 1)
+        k = len(names)
+        samples = np.bincount(groups, minlength=k)
+        sparse = np.bincount(groups[has_colon], minlength=k)
+        dense = np.bincount(groups[~has_colon & (values > 0)], minlength=k)
+        max_values = np.zeros(k, dtype=np.int64)
+        np.maximum.at(max_values, groups, values)
+        max_index = np.full(k, -1, dtype=np.int64)
+        np.maximum.at(max_index, groups, field_max_index)
+        for j, name in enumerate(names):
+            tally = self.tallies.setdefault(name, _Tally(base + int(bars[first_field[j]])))
+            tally.samples += int(samples[j])
+            tally.sparse_samples += int(sparse[j])
+            tally.dense_samples += int(dense[j])
+            tally.max_values = max(tally.max_values, int(max_values[j]))
+            tally.max_index = max(tally.max_index, int(max_index[j]))
 
 
 def _group_names(buf: np.ndarray, bars: np.ndarray, lengths: np.ndarray) -> tuple[list[bytes], np.ndarray, np.ndarray]:

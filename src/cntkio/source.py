@@ -8,6 +8,7 @@ import json
 import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -34,6 +35,18 @@ class TraceLevel(enum.IntEnum):
     Error = 0
     Warning = 1
     Info = 2
+
+
+@dataclass(frozen=True)
+class _Selection:
+    """The units of one minibatch; for truncated BPTT also the pieces and rows they fill."""
+
+    units: np.ndarray
+    end_of_sweep: bool
+    offsets: np.ndarray | None = None
+    counts: np.ndarray | None = None
+    row_lengths: np.ndarray | None = None
+    starts: np.ndarray | None = None
 
 
 class Provenance:
@@ -210,24 +223,43 @@ class MinibatchSource:
         ``minibatch_size_in_samples / k`` samples per call.
         """
         del device  # arrays are returned on the host
-        if minibatch_size_in_samples <= 0:
-            raise ValueError(f"minibatch_size_in_samples must be positive, got {minibatch_size_in_samples}")
+        partitions, index = self._check_partition(num_data_partitions, partition_index)
+        selection = self._advance(minibatch_size_in_samples, partitions, index)
+        if selection is None:
+            return {}
+        result = self._pack(selection)
+        if input_map is None:
+            return result
+        return {key: result[stream if isinstance(stream, str) else stream.name] for key, stream in input_map.items()}
+
+    def skip_minibatch(
+        self, minibatch_size_in_samples: int, num_data_partitions: int | None = None, partition_index: int | None = None
+    ) -> bool:
+        """Advances exactly as :meth:`next_minibatch` would, without reading any data.
+
+        Returns False at the end. Used to hand out minibatches round-robin to loader workers.
+        """
+        partitions, index = self._check_partition(num_data_partitions, partition_index)
+        return self._advance(minibatch_size_in_samples, partitions, index) is not None
+
+    @staticmethod
+    def _check_partition(num_data_partitions: int | None, partition_index: int | None) -> tuple[int, int]:
         partitions = 1 if num_data_partitions is None else int(num_data_partitions)
         index = 0 if partition_index is None else int(partition_index)
         if partitions < 1 or not 0 <= index < partitions:
             raise ValueError(f"invalid partition {partition_index} of {num_data_partitions}")
+        return partitions, index
+
+    def _advance(self, minibatch_size: int, partitions: int, index: int) -> _Selection | None:
+        """Chooses the next minibatch's units and moves the cursor past them; None at the end."""
+        if minibatch_size <= 0:
+            raise ValueError(f"minibatch_size_in_samples must be positive, got {minibatch_size}")
         self._set_partitioning(partitions, index)
         if self.truncation_length:
-            result = self._next_bptt(minibatch_size_in_samples, partitions, index)
-        else:
-            budget = max(1, minibatch_size_in_samples // partitions + (index < minibatch_size_in_samples % partitions))
-            units, end_of_sweep = self._select(budget, partitions, index)
-            result = self._pack(units, end_of_sweep) if len(units) else Minibatch()
-        if not result:
-            return {}
-        if input_map is None:
-            return result
-        return {key: result[stream if isinstance(stream, str) else stream.name] for key, stream in input_map.items()}
+            return self._advance_bptt(minibatch_size, partitions, index)
+        budget = max(1, minibatch_size // partitions + (index < minibatch_size % partitions))
+        units, end_of_sweep = self._select(budget, partitions, index)
+        return _Selection(units, end_of_sweep) if len(units) else None
 
     def _set_partitioning(self, partitions: int, index: int) -> None:
         """Starts a new partitioning layer when the partition count changes mid-sweep."""
@@ -291,7 +323,7 @@ class MinibatchSource:
         units = np.concatenate(taken) if taken else np.zeros(0, dtype=np.int64)
         return units, end_of_sweep
 
-    def _next_bptt(self, minibatch_size: int, partitions: int, index: int) -> Minibatch:
+    def _advance_bptt(self, minibatch_size: int, partitions: int, index: int) -> _Selection | None:
         """Truncated BPTT: every slot yields ``truncation_length`` steps, carrying sequences over."""
         length = self.truncation_length
         total_slots = max(1, minibatch_size // length)
@@ -311,20 +343,13 @@ class MinibatchSource:
                 for unit in units.tolist():
                     self._slots.push(slot, unit, int(self._timeline.unit_length[unit]))
         if self._slots.is_empty():
-            return Minibatch()
+            return None
         units, offsets, counts, row_lengths, starts = row_layout(self._slots.cut())
-        return self._pack(units, end_of_sweep, offsets, counts, row_lengths, starts)
+        return _Selection(units, end_of_sweep, offsets, counts, row_lengths, starts)
 
-    def _pack(
-        self,
-        units: np.ndarray,
-        end_of_sweep: bool,
-        offsets: np.ndarray | None = None,
-        counts: np.ndarray | None = None,
-        row_lengths: np.ndarray | None = None,
-        starts: np.ndarray | None = None,
-    ) -> Minibatch:
+    def _pack(self, selection: _Selection) -> Minibatch:
         """Parses (or takes from the cache) the chunks the units live in and packs every stream."""
+        units, offsets, counts = selection.units, selection.offsets, selection.counts
         chunks, sequences, frames = self._timeline.locate(units)
         if frames is not None:
             offsets, counts = frames, np.ones(len(frames), dtype=np.int64)
@@ -349,7 +374,7 @@ class MinibatchSource:
                 )
                 for chunk_id, group in zip(unique.tolist(), groups)
             ]
-            result[info] = pack(info, parts, order, end_of_sweep, row_lengths, starts)
+            result[info] = pack(info, parts, order, selection.end_of_sweep, selection.row_lengths, selection.starts)
         provenance = Provenance(self._deserializer, self._timeline, units)
         result.provenance = provenance
         for data in result.values():

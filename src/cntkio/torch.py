@@ -1,0 +1,186 @@
+"""PyTorch integration: an ``IterableDataset`` of minibatches with exactly-once reading and exact resume.
+
+Use it with ``DataLoader(dataset, batch_size=None, num_workers=...)``; minibatching is done by cntkio.
+
+* Ranks: each ``torch.distributed`` rank (rank and world size taken from ``torch.distributed`` when it is
+  initialised) reads its own partition of every sweep, so across ranks each sequence is read once.
+* Workers: a rank's minibatches are numbered 0, 1, 2, ...; loader worker ``w`` of ``W`` produces those
+  with number ``k % W == w`` and skips the others without reading them. The loader hands batches out
+  round-robin, so the stream a rank sees is the same for every ``num_workers``.
+* Resume: every batch carries ``state``, the checkpoint right after it. ``load_state_dict(batch.state)``
+  on a new dataset continues with the next batch under a new ``DataLoader``. ``state_dict()`` and
+  ``load_state_dict()`` also follow the protocol of torchdata's ``StatefulDataLoader`` (per worker). :func:`gather_state` merges the
+  states of all ranks so that a job can resume with another world size.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.utils.data import IterableDataset, get_worker_info
+
+from .minibatch import MinibatchData
+from .source import MinibatchSource
+
+
+@dataclass
+class TorchMinibatch:
+    """One minibatch as tensors.
+
+    ``tensors[name]`` is ``[batch, *shape]`` when every sequence has one sample (zero-copy from
+    NumPy), otherwise padded ``[batch, max_len, *shape]``; sparse streams are CSR tensors with one row
+    per sample. ``lengths[name]`` holds the samples of each sequence.
+    """
+
+    tensors: dict[str, torch.Tensor]
+    lengths: dict[str, torch.Tensor]
+    keys: list[Any]
+    state: dict[str, Any]
+    end_of_sweep: bool
+    index: int = 0
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self.tensors[name]
+
+    def pin_memory(self) -> TorchMinibatch:
+        self.tensors = {name: tensor.pin_memory() for name, tensor in self.tensors.items()}
+        return self
+
+
+def to_tensor(data: MinibatchData, layout: str = "auto") -> torch.Tensor:
+    """A stream's samples as a tensor: CSR rows for sparse streams, else flat or padded (see layout)."""
+    if data.is_sparse:
+        assert data.indptr is not None and data.indices is not None
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Sparse CSR tensor support is in beta", UserWarning)
+            return torch.sparse_csr_tensor(
+                torch.from_numpy(data.indptr),
+                torch.from_numpy(data.indices.astype(np.int64)),
+                torch.from_numpy(data.values),
+                size=(data.num_samples, *data.sample_shape),
+                check_invariants=False,  # the reader's CSR is valid by construction
+            )
+    flat = layout == "flat" or (layout == "auto" and bool(np.all(data.sequence_lengths == 1)))
+    return torch.from_numpy(data.values if flat else data.asarray())
+
+
+def distributed_partition() -> tuple[int, int]:
+    """(world size, rank) of ``torch.distributed``, or (1, 0) when it is not initialised."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size(), dist.get_rank()
+    return 1, 0
+
+
+def gather_state(state: dict[str, Any]) -> dict[str, Any]:
+    """Merges every rank's last state (collective call) into one any world size can resume from."""
+    world, _ = distributed_partition()
+    states: list[Any] = [None] * world
+    if world > 1:
+        dist.all_gather_object(states, state)
+    else:
+        states = [state]
+    return merge_states(states)
+
+
+def merge_states(states: list[dict[str, Any]]) -> dict[str, Any]:
+    """Merges the last states of all ranks (see :meth:`MinibatchSource.merge_checkpoints`)."""
+    return {"source": MinibatchSource.merge_checkpoints([s["source"] for s in states]), "minibatch_index": 0}
+
+
+class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
+    """Minibatches of a :class:`MinibatchSource` for a PyTorch ``DataLoader`` (``batch_size=None``).
+
+    Args:
+        make_source: builds the source (called once per iteration, in each worker process; a
+            top-level function or ``functools.partial`` so that it pickles).
+        minibatch_size: samples per minibatch for the whole job (split across ranks like
+            ``next_minibatch(n, num_data_partitions=world, partition_index=rank)``).
+        num_partitions, partition_index: override the rank split (default: torch.distributed).
+        layout: ``"auto"``, ``"flat"`` or ``"padded"`` for dense streams (see :class:`TorchMinibatch`).
+    """
+
+    def __init__(
+        self,
+        make_source: Callable[[], MinibatchSource],
+        minibatch_size: int,
+        *,
+        num_partitions: int | None = None,
+        partition_index: int | None = None,
+        layout: str = "auto",
+    ):
+        super().__init__()
+        if layout not in ("auto", "flat", "padded"):
+            raise ValueError(f"layout must be 'auto', 'flat' or 'padded', got {layout!r}")
+        self.make_source = make_source
+        self.minibatch_size = minibatch_size
+        self.num_partitions = num_partitions
+        self.partition_index = partition_index
+        self.layout = layout
+        self._resume: dict[str, Any] | None = None
+        self._last_state: dict[str, Any] | None = None
+
+    def _partition(self) -> tuple[int, int]:
+        if self.num_partitions is not None:
+            return self.num_partitions, self.partition_index or 0
+        return distributed_partition()
+
+    def __iter__(self) -> Iterator[TorchMinibatch]:
+        worker = get_worker_info()
+        workers, worker_id = (worker.num_workers, worker.id) if worker is not None else (1, 0)
+        partitions, rank = self._partition()
+        source = self.make_source()
+        index = base = 0
+        if self._resume is not None:
+            source.restore_from_checkpoint(self._resume["source"])
+            index = int(self._resume["minibatch_index"])
+            base = int(self._resume.get("worker_base", index))
+        try:
+            while True:
+                if (index - base) % workers != worker_id:
+                    if not source.skip_minibatch(self.minibatch_size, partitions, rank):
+                        return
+                    index += 1
+                    continue
+                minibatch = source.next_minibatch(self.minibatch_size, num_data_partitions=partitions,
+                                                  partition_index=rank)  # fmt: skip
+                if not minibatch:
+                    return
+                index += 1
+                state = {"source": source.get_checkpoint_state(), "minibatch_index": index}
+                self._last_state = {**state, "worker_base": base}
+                yield TorchMinibatch(
+                    tensors={info.name: to_tensor(data, self.layout) for info, data in minibatch.items()},
+                    lengths={info.name: torch.from_numpy(data.sequence_lengths) for info, data in minibatch.items()},
+                    keys=minibatch.sequence_keys,
+                    state=state,
+                    end_of_sweep=any(data.end_of_sweep for data in minibatch.values()),
+                    index=index - 1,
+                )
+        finally:
+            source.close()
+
+    def state_dict(self) -> dict[str, Any]:
+        """State after the last minibatch this dataset (or this loader worker) produced.
+
+        Unlike ``batch.state``, it keeps the worker assignment, as a ``StatefulDataLoader`` restoring
+        each worker with its own state expects.
+        """
+        if self._last_state is not None:
+            return self._last_state
+        return self._resume or {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """The next iteration continues right after the minibatch the state was taken at.
+
+        With ``batch.state`` (or a merged state) the next minibatch comes from worker 0, as a new
+        ``DataLoader`` expects; with :meth:`state_dict` the worker assignment is kept.
+        """
+        self._resume = dict(state) if state else None
+        self._last_state = None
