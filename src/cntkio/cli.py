@@ -147,14 +147,21 @@ def print_report(report: Report, out: TextIO) -> None:
     if "mode" in data:
         chunks = data["chunks"]
         out.write(f"mode       {_MODES.get(data['mode'], data['mode'])}\n")
-        out.write(f"sequences  {data['sequences']:,} in {chunks} chunk{'s' if chunks != 1 else ''}\n")
+        out.write(f"sequences  {data['sequences']:,} in {_plural(chunks, 'chunk')}\n")
         if data.get("skipped_lines"):
             out.write(f"skipped    {data['skipped_lines']:,} blank or comment-only lines\n")
         if data.get("skipped_sequences"):
             out.write(f"skipped    {data['skipped_sequences']:,} sequences without the defining stream\n")
+    if report.repeated_ids:
+        repeated = report.repeated_ids
+        out.write(
+            f"warning    {_plural(repeated, 'sequence')} {'has' if repeated == 1 else 'have'} an id used earlier "
+            "in the file (ids should be unique)\n"
+        )
     origin = "inferred from a full scan of the file" if report.streams_inferred else "as given by --stream"
     out.write(f"streams    {len(report.streams)}, {origin}\n")
-    _write_table(out, [_stream_row(s) for s in data["streams"]])
+    if report.streams:
+        _write_table(out, [_stream_row(s) for s in data["streams"]])
     lengths = data["sequence_lengths"]
     if lengths and lengths["max"] is not None:
         out.write(
@@ -164,8 +171,11 @@ def print_report(report: Report, out: TextIO) -> None:
         _write_histogram(out, lengths["histogram"])
     if report.fatal is not None:
         out.write(f"fatal      {_format_error(report.fatal)}\n")
+        if report.fatal.reason.startswith("no sequence with data") and len(report.streams) > 1:
+            out.write("hint       every stream must appear in every sequence unless --optional-inputs is given\n")
     if report.errors:
-        out.write(f"errors     {len(report.errors):,}{' (stopped early, see --max-errors)' if report.stopped_early else ''}\n")
+        stopped = " (stopped early, see --max-errors)" if report.stopped_early else ""
+        out.write(f"errors     {len(report.errors):,}{stopped}\n")
         for error in report.errors:
             out.write(f"  {_format_error(error)}\n")
     out.write("result     OK: no errors\n" if report.ok else "result     INVALID\n")
@@ -173,9 +183,8 @@ def print_report(report: Report, out: TextIO) -> None:
 
 def _stream_row(s: dict[str, Any]) -> list[str]:
     values = s["values"]
-    if values["min"] is None:
-        value_text = "-"
-    else:
+    value_text = "-"
+    if values["min"] is not None:
         value_text = f"{values['min']:.4g} / {values['mean']:.4g} / {values['max']:.4g}"
     if s["format"] == "sparse":
         nnz = s["nnz_per_sample"]
@@ -187,7 +196,7 @@ def _stream_row(s: dict[str, Any]) -> list[str]:
         fraction = s["nonzero_fraction"]
         density = "-" if fraction is None else f"{100 * fraction:.3g}% non-zero"
     if s["empty_sequences"]:
-        density += f", absent from {s['empty_sequences']:,} sequences"
+        density += f", absent from {_plural(s['empty_sequences'], 'sequence')}"
     alias = s["alias"] if s["alias"] != s["name"] else ""
     return [s["name"], alias, s["format"], str(s["dim"]), f"{s['samples']:,}", value_text, density]
 
@@ -203,15 +212,19 @@ def _write_table(out: TextIO, rows: list[list[str]]) -> None:
         out.write("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() + "\n")
 
 
-def _write_histogram(out: TextIO, histogram: list[list[int]]) -> None:
+def _write_histogram(out: TextIO, histogram: list[dict[str, int]]) -> None:
     if len(histogram) < 2:
         return
-    labels = [str(low) if low == high else f"{low}-{high}" for low, high, _ in histogram]
-    peak = max(count for _, _, count in histogram)
+    labels = [str(b["low"]) if b["low"] == b["high"] else f"{b['low']}-{b['high']}" for b in histogram]
+    peak = max(b["count"] for b in histogram)
     width = max(len(label) for label in labels)
-    for label, (_, _, count) in zip(labels, histogram):
-        bar = "#" * (round(_HISTOGRAM_WIDTH * count / peak) if peak else 0)
-        out.write(f"  {label.rjust(width)}  {bar} {count:,}\n")
+    for label, b in zip(labels, histogram):
+        bar = "#" * round(_HISTOGRAM_WIDTH * b["count"] / peak)
+        out.write(f"  {label.rjust(width)}  {bar} {b['count']:,}\n")
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
 def _format_error(error: FormatError) -> str:

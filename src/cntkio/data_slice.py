@@ -18,10 +18,7 @@ def _bound(text: str, total: int, default: int) -> int:
     if not text:
         return default
     try:
-        if text.endswith("%"):
-            value = int(Fraction(text[:-1]) * total / 100)
-        else:
-            value = int(text)
+        value = int(Fraction(text[:-1]) * total / 100) if text.endswith("%") else int(text)
     except (ValueError, ZeroDivisionError) as error:
         raise ConfigError(f"invalid slice bound {text!r}") from error
     if value < 0:

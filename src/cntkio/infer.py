@@ -99,12 +99,10 @@ class _Scanner:
         blank |= is_pipe
         scratch = self._flags[2, : n + 1]
         # a name ends at the first blank after its bar, a field at the next '|' or newline (bars are in both)
-        blanks = np.append(np.flatnonzero(blank), n)
-        name_ends = blanks[np.flatnonzero(is_pipe[blanks[:-1]]) + 1]
+        name_ends = _after_bars(np.flatnonzero(blank), is_pipe)
         stop = np.equal(buf, _NEWLINE, out=scratch[:n])
         stop |= is_pipe
-        stops = np.append(np.flatnonzero(stop), n)
-        field_ends = stops[np.flatnonzero(is_pipe[stops[:-1]]) + 1]
+        field_ends = _after_bars(np.flatnonzero(stop), is_pipe)
         name_lengths = name_ends - bars - 1
         fields = (name_lengths > 0) & (name_lengths <= MAX_ALIAS_BYTES)
         fields &= buf[np.minimum(bars + 1, n - 1)] != ord("#")  # '|#' starts a comment
@@ -141,7 +139,7 @@ class _Scanner:
         samples = np.bincount(groups, minlength=k)
         sparse = np.bincount(groups[has_colon], minlength=k)
         dense = np.bincount(groups[~has_colon & (values > 0)], minlength=k)
-        max_values = np.zeros(k, dtype=np.int64)
+        max_values = np.zeros(k, dtype=values.dtype)  # same dtype: ufunc.at is much faster
         np.maximum.at(max_values, groups, values)
         max_index = np.full(k, -1, dtype=np.int64)
         np.maximum.at(max_index, groups, field_max_index)
@@ -152,6 +150,12 @@ class _Scanner:
             tally.dense_samples += int(dense[j])
             tally.max_values = max(tally.max_values, int(max_values[j]))
             tally.max_index = max(tally.max_index, int(max_index[j]))
+
+
+def _after_bars(positions: np.ndarray, is_pipe: np.ndarray) -> np.ndarray:
+    """For each bar (which is among ``positions``), the next position in ``positions``, or the block end."""
+    after = np.flatnonzero(is_pipe[positions]) + 1
+    return np.where(after < len(positions), positions[np.minimum(after, len(positions) - 1)], len(is_pipe))
 
 
 def _group_names(buf: np.ndarray, bars: np.ndarray, lengths: np.ndarray) -> tuple[list[bytes], np.ndarray, np.ndarray]:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from .deserializer import SparseStream, StreamData
-from .errors import FormatError, Location
+from .errors import ConfigError, FormatError, Location
 from .formats.ctf import CTFDeserializer
 from .infer import infer_streams
 from .streams import StreamDef
@@ -113,6 +113,7 @@ class Report:
     summary: dict[str, Any] = field(default_factory=dict)  # CTFDeserializer.describe()
     sequence_lengths: dict[str, Any] | None = None
     errors: list[FormatError] = field(default_factory=list)
+    repeated_ids: int = 0  # sequences whose id an earlier sequence already used (ids should be unique)
     stopped_early: bool = False  # --max-errors reached: the rest of the file was not read
     fatal: FormatError | None = None
 
@@ -125,6 +126,7 @@ class Report:
             "file": self.file,
             "bytes": self.size,
             **{k: v for k, v in self.summary.items() if k != "file"},
+            "repeated_ids": self.repeated_ids,
             "streams_inferred": self.streams_inferred,
             "streams": [s.to_dict() for s in self.streams],
             "sequence_lengths": self.sequence_lengths,
@@ -151,13 +153,16 @@ def error_to_dict(error: FormatError) -> dict[str, Any]:
 
 
 def length_summary(lengths: np.ndarray, bins: int = HISTOGRAM_BINS) -> dict[str, Any]:
-    """min/mean/median/max and an equal-width integer histogram ``[[low, high, count], ...]``."""
+    """min/mean/median/max and an equal-width histogram: bins of ``low..high`` (inclusive) lengths."""
     if not len(lengths):
         return {"min": None, "mean": None, "median": None, "max": None, "histogram": []}
     low, high = int(lengths.min()), int(lengths.max())
     width = -(-(high - low + 1) // bins)
     counts = np.bincount((lengths - low) // width)
-    histogram = [[low + i * width, min(low + (i + 1) * width - 1, high), int(c)] for i, c in enumerate(counts)]
+    histogram = [
+        {"low": low + i * width, "high": min(low + (i + 1) * width - 1, high), "count": int(c)}
+        for i, c in enumerate(counts)
+    ]
     return {
         "min": low,
         "mean": float(lengths.mean()),
@@ -195,10 +200,14 @@ def inspect_file(
     if streams is None:
         scan = None if progress is None else lambda done, total: progress("scanning", done, total)
         streams = [StreamSpec(s.alias, s.dim, s.is_sparse, s.alias) for s in infer_streams(path, progress=scan)]
-    stats = [StreamStats(s) for s in streams]
-    report = Report(path, size, inferred, stats)
+    names = [s.name for s in streams]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise ConfigError(f"duplicate stream name(s): {', '.join(duplicates)}")
+    report = Report(path, size, inferred, [StreamStats(s) for s in streams])
     if not streams:
-        report.fatal = FormatError("no '|name' input found in the file", Location(path, 0, 1, 1))
+        reason = "input file is empty" if size == 0 else "no '|name' input found in the file"
+        report.fatal = FormatError(reason, Location(path, 0, 1, 1))
         return report
     definitions = {s.name: StreamDef(field=s.alias, shape=s.dim, is_sparse=s.is_sparse) for s in streams}
     try:
@@ -210,6 +219,9 @@ def inspect_file(
         report.fatal = e
         return report
     report.summary = reader.describe()
+    if report.summary["mode"] != "line":
+        keys = np.concatenate([np.asarray(reader.chunk_index(c).keys) for c in range(reader.num_chunks())])
+        report.repeated_ids = len(keys) - len(np.unique(keys))
     report.sequence_lengths = length_summary(reader.sequence_lengths())
     limit = sys.maxsize if max_errors is None else max_errors
     chunks = reader.num_chunks()
@@ -222,7 +234,7 @@ def inspect_file(
         except FormatError as e:
             report.fatal = e
             break
-        for s in stats:
+        for s in report.streams:
             s.add(chunk[s.spec.name])
         if progress is not None:
             progress("parsing", chunk_id + 1, chunks)

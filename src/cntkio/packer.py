@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .deserializer import DenseStream, SparseStream, StreamData
+from .deserializer import DenseStream, StreamData
 from .errors import CNTKIOError
 from .minibatch import MinibatchData, _exclusive_cumsum
 from .streams import StreamInformation
@@ -37,8 +37,10 @@ def _sample_rows(
 
 
 def _is_run(sequences: np.ndarray) -> bool:
-    return len(sequences) > 0 and int(sequences[-1]) - int(sequences[0]) == len(sequences) - 1 and bool(
-        np.all(np.diff(sequences) == 1)
+    return (
+        len(sequences) > 0
+        and int(sequences[-1]) - int(sequences[0]) == len(sequences) - 1
+        and bool(np.all(np.diff(sequences) == 1))
     )
 
 
@@ -85,25 +87,23 @@ def pack(
     """
     gathered = [gather(*part) for part in parts]
     lengths = np.concatenate([g[3] for g in gathered])
+    values = gathered[0][0] if len(gathered) == 1 else np.concatenate([g[0] for g in gathered])
+    indices = indptr = None
     if info.is_sparse:
-        values = np.concatenate([g[0] for g in gathered])
-        indices = np.concatenate([g[1] for g in gathered])  # type: ignore[misc]
-        nnz = np.concatenate([np.diff(g[2]) for g in gathered])  # type: ignore[arg-type]
+        indices = np.concatenate([g[1] for g in gathered if g[1] is not None])
+        nnz = np.concatenate([np.diff(g[2]) for g in gathered if g[2] is not None])
         if order is not None:
             sample_rows = expand_ranges(_exclusive_cumsum(lengths)[:-1][order], lengths[order])
             entries = expand_ranges(_exclusive_cumsum(nnz)[:-1][sample_rows], nnz[sample_rows])
             values, indices, nnz, lengths = values[entries], indices[entries], nnz[sample_rows], lengths[order]
-    else:
-        values = gathered[0][0] if len(gathered) == 1 else np.concatenate([g[0] for g in gathered])
-        if order is not None:
-            sample_rows = expand_ranges(_exclusive_cumsum(lengths)[:-1][order], lengths[order])
-            values, lengths = values[sample_rows], lengths[order]
-        indices = nnz = None
+        indptr = _exclusive_cumsum(nnz)
+    elif order is not None:
+        sample_rows = expand_ranges(_exclusive_cumsum(lengths)[:-1][order], lengths[order])
+        values, lengths = values[sample_rows], lengths[order]
     sample_starts = None
     if row_lengths is not None:
         assert starts is not None
         sample_starts = np.zeros(int(lengths.sum()), dtype=bool)
         sample_starts[_exclusive_cumsum(lengths)[:-1][starts & (lengths > 0)]] = True
         lengths = row_lengths
-    indptr = _exclusive_cumsum(nnz) if nnz is not None else None
     return MinibatchData(info, values, lengths, end_of_sweep, indices=indices, indptr=indptr, starts=sample_starts)

@@ -119,7 +119,7 @@ class MinibatchSource:
         prefetch: bool = True,
         num_parse_threads: int | None = None,
     ):
-        deserializers = list(deserializers) if isinstance(deserializers, (list, tuple)) else [deserializers]
+        deserializers = [deserializers] if isinstance(deserializers, Deserializer) else list(deserializers)
         if not deserializers:
             raise ConfigError("at least one deserializer is required")
         if len(deserializers) > 1:
@@ -215,7 +215,7 @@ class MinibatchSource:
         device: Any = None,
         num_data_partitions: int | None = None,
         partition_index: int | None = None,
-    ) -> dict[Any, MinibatchData]:
+    ) -> Minibatch | dict[Any, MinibatchData]:
         """The next minibatch, or ``{}`` once ``max_samples``/``max_sweeps`` is reached.
 
         With ``num_data_partitions=k``, partition ``i`` gets its share of every sweep: across the k

@@ -24,7 +24,7 @@ class Record(dict):  # type: ignore[type-arg]
         self[name] = value
 
 
-def StreamDefs(**streams: StreamDef) -> Record:  # noqa: N802 - cntk.io spelling
+def StreamDefs(**streams: StreamDef) -> Record:
     """Named stream definitions, in the order given (``StreamDefs(features=StreamDef(...))``)."""
     return Record(streams)
 
@@ -93,7 +93,7 @@ class StreamInformation:
         return tuple(reversed(self.shape))
 
     @property
-    def m_definesMbSize(self) -> bool:  # noqa: N802 - cntk.io spelling
+    def m_definesMbSize(self) -> bool:
         return self.defines_mb_size
 
     def __repr__(self) -> str:

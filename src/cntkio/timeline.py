@@ -112,7 +112,9 @@ class Timeline:
         if plan is None:
             units, chunk_rank = self._order(sweep)
             lengths = self.unit_length[units]
-            plan = SweepPlan(sweep, units, lengths, _exclusive_cumsum(lengths), self.unit_active_chunk[units], chunk_rank)
+            plan = SweepPlan(
+                sweep, units, lengths, _exclusive_cumsum(lengths), self.unit_active_chunk[units], chunk_rank
+            )
             self._plans[sweep] = plan
             while len(self._plans) > 2:
                 self._plans.popitem(last=False)
@@ -136,10 +138,7 @@ class Timeline:
         chunk_order = rng.permutation(count)
         rank = np.empty(count, dtype=np.int64)
         rank[chunk_order] = np.arange(count, dtype=np.int64)
-        if r.sample_window:
-            chunk_start = _exclusive_cumsum(self.samples_per_chunk[chunk_order])[:-1][rank]
-        else:
-            chunk_start = rank
+        chunk_start = _exclusive_cumsum(self.samples_per_chunk[chunk_order])[:-1][rank] if r.sample_window else rank
         keys = chunk_start[self.unit_active_chunk] + max(r.window, 1) * rng.random(self.num_units)
         return np.argsort(keys, kind="stable").astype(np.int64), rank
 

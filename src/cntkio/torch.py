@@ -9,8 +9,8 @@ Use it with ``DataLoader(dataset, batch_size=None, num_workers=...)``; minibatch
   round-robin, so the stream a rank sees is the same for every ``num_workers``.
 * Resume: every batch carries ``state``, the checkpoint right after it. ``load_state_dict(batch.state)``
   on a new dataset continues with the next batch under a new ``DataLoader``. ``state_dict()`` and
-  ``load_state_dict()`` also follow the protocol of torchdata's ``StatefulDataLoader`` (per worker). :func:`gather_state` merges the
-  states of all ranks so that a job can resume with another world size.
+  ``load_state_dict()`` also follow the protocol of torchdata's ``StatefulDataLoader`` (per worker).
+  :func:`gather_state` merges the states of all ranks so that a job can resume with another world size.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
 from .minibatch import MinibatchData
-from .source import MinibatchSource
+from .source import Minibatch, MinibatchSource
 
 
 @dataclass
@@ -150,14 +150,14 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
                     continue
                 minibatch = source.next_minibatch(self.minibatch_size, num_data_partitions=partitions,
                                                   partition_index=rank)  # fmt: skip
-                if not minibatch:
+                if not isinstance(minibatch, Minibatch):
                     return
                 index += 1
                 state = {"source": source.get_checkpoint_state(), "minibatch_index": index}
                 self._last_state = {**state, "worker_base": base}
                 yield TorchMinibatch(
                     tensors={info.name: to_tensor(data, self.layout) for info, data in minibatch.items()},
-                    lengths={info.name: torch.from_numpy(data.sequence_lengths) for info, data in minibatch.items()},
+                    lengths={info.name: torch.from_numpy(d.sequence_lengths) for info, d in minibatch.items()},
                     keys=minibatch.sequence_keys,
                     state=state,
                     end_of_sweep=any(data.end_of_sweep for data in minibatch.values()),

@@ -34,14 +34,10 @@ def sequence_to_cntk_text_format(seq_idx: int, alias_tensor_map: Mapping[str, An
     a list of ``{index: value}`` dicts, or a SciPy sparse matrix (one row per sample). Aliases come
     in sorted order; an alias whose sequence is shorter is left out of the later lines.
     """
-    tensors = {alias: value for alias, value in sorted(alias_tensor_map.items())}
-    length = max((value.shape[0] if hasattr(value, "shape") else len(value) for value in tensors.values()), default=0)
+    tensors = dict(sorted(alias_tensor_map.items()))
+    lengths = {alias: value.shape[0] if hasattr(value, "shape") else len(value) for alias, value in tensors.items()}
     lines = []
-    for step in range(length):
-        parts = [
-            f"{alias} {_sample_text(tensor, step)}"
-            for alias, tensor in tensors.items()
-            if step < (tensor.shape[0] if hasattr(tensor, "shape") else len(tensor))
-        ]
+    for step in range(max(lengths.values(), default=0)):
+        parts = [f"{alias} {_sample_text(tensor, step)}" for alias, tensor in tensors.items() if step < lengths[alias]]
         lines.append(f"{seq_idx}\t|" + " |".join(parts))
     return "\n".join(lines)

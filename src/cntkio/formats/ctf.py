@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 import os
 from dataclasses import dataclass
@@ -189,9 +190,16 @@ class CTFDeserializer(Deserializer):
             self.id_mode = IdMode.TEXT
         defining = next((i for i, s in enumerate(self._streams) if s.defines_mb_size), -1)
         index = _native.ctf_index(
-            self._data, begin, first_line, int(self.id_mode), self._aliases, defining,
-            self.compat, self.compat, not self.optional_inputs,
-        )  # fmt: skip
+            self._data,
+            begin,
+            first_line,
+            int(self.id_mode),
+            self._aliases,
+            defining,
+            self.compat,
+            self.compat,
+            not self.optional_inputs,
+        )
         if index["fatal"]:
             raise FormatError(index["fatal"], self._at(int(index["fatal_offset"])))
         self._offsets: np.ndarray = index["offsets"]
@@ -203,8 +211,11 @@ class CTFDeserializer(Deserializer):
         if not valid.all():
             self._offsets, self._ends = self._offsets[valid], self._ends[valid]
             self._first_lines = self._first_lines[valid]
-            self._keys = self._keys[valid] if isinstance(self._keys, np.ndarray) else (
-                [k for k, v in zip(self._keys, valid) if v])
+            self._keys = (
+                self._keys[valid]
+                if isinstance(self._keys, np.ndarray)
+                else ([k for k, v in zip(self._keys, valid) if v])
+            )
         self._lengths: np.ndarray = index["lengths"][valid]
         self.total_lines = int(index["total_lines"])
         self.dropped_lines = int(index["dropped_lines"])
@@ -237,8 +248,9 @@ class CTFDeserializer(Deserializer):
             if len(unique) != len(keys):
                 logger.warning(
                     "%s: %d sequence id(s) appear in more than one place (ids should be unique)",
-                    self.filename, len(keys) - len(unique),
-                )  # fmt: skip
+                    self.filename,
+                    len(keys) - len(unique),
+                )
 
     # ------------------------------------------------------------------------------- protocol
     def stream_infos(self) -> list[StreamInformation]:
@@ -267,20 +279,30 @@ class CTFDeserializer(Deserializer):
         start, end = int(self._offsets[a]), int(self._ends[b - 1])
         buffer = self._read(start, end)
         streams, errors, stats = _native.ctf_parse(
-            buffer, start, self._offsets[a:b] - start, self._ends[a:b] - start,
-            int(self.id_mode), self._aliases, self.dtype == np.float64, not self.compat,
-        )  # fmt: skip
+            buffer,
+            start,
+            self._offsets[a:b] - start,
+            self._ends[a:b] - start,
+            int(self.id_mode),
+            self._aliases,
+            self.dtype == np.float64,
+            not self.compat,
+        )
         self._report(errors, sequence_base=a)
         if self.trace_level >= 1 and stats["padded_samples"]:
             logger.warning(
                 "%s: %d dense sample(s) had fewer values than their dimension and were zero-padded (first: %s)",
-                self.filename, stats["padded_samples"], self._at(stats["first_padded_offset"], start, int(self._first_lines[a])),
-            )  # fmt: skip
+                self.filename,
+                stats["padded_samples"],
+                self._at(stats["first_padded_offset"], start, int(self._first_lines[a])),
+            )
         if self.trace_level >= 2 and stats["unknown_inputs"]:
             logger.info(
                 "%s: skipped %d sample(s) of inputs not in the configuration (first: %s)",
-                self.filename, stats["unknown_inputs"], self._at(stats["first_unknown_offset"], start, int(self._first_lines[a])),
-            )  # fmt: skip
+                self.filename,
+                stats["unknown_inputs"],
+                self._at(stats["first_unknown_offset"], start, int(self._first_lines[a])),
+            )
         chunk: dict[str, StreamData] = {}
         for stream, arrays in zip(self._streams, streams):
             if stream.sparse:
@@ -295,7 +317,7 @@ class CTFDeserializer(Deserializer):
         """Reads a byte range into a fresh buffer (faster to parse than a memory map, and thread-safe)."""
         buffer = np.empty(end - start, dtype=np.uint8)
         with open(self.filename, "rb", buffering=0) as f:
-            view = memoryview(buffer)
+            view = buffer.data
             done = 0
             while done < len(buffer):
                 n = os.preadv(f.fileno(), [view[done:]], start + done)
@@ -312,21 +334,23 @@ class CTFDeserializer(Deserializer):
     # --------------------------------------------------------------------------------- errors
     def _report(self, errors: dict[str, np.ndarray], sequence_base: int) -> None:
         for offset, kind, stream, sequence in zip(
-            errors["offset"].tolist(), errors["kind"].tolist(), errors["stream"].tolist(),
+            errors["offset"].tolist(),
+            errors["kind"].tolist(),
+            errors["stream"].tolist(),
             errors["sequence"].tolist(),
-        ):  # fmt: skip
-            index = sequence + sequence_base
-            self.errors.add(
-                (offset, kind, stream),
-                lambda o=offset, k=kind, s=stream, i=index: self._error(o, ErrorKind(k), s, i),
-            )
+        ):
+            build = functools.partial(self._error, offset, ErrorKind(kind), stream, sequence + sequence_base)
+            self.errors.add((offset, kind, stream), build)
 
     def _error(self, offset: int, kind: ErrorKind, stream: int, sequence_index: int) -> FormatError:
         spec = self._streams[stream] if stream >= 0 else None
         location = self._at(
-            offset, int(self._offsets[sequence_index]), int(self._first_lines[sequence_index]),
-            self._keys[sequence_index], spec.alias if spec else None,
-        )  # fmt: skip
+            offset,
+            int(self._offsets[sequence_index]),
+            int(self._first_lines[sequence_index]),
+            self._keys[sequence_index],
+            spec.alias if spec else None,
+        )
         return FormatError(_describe(kind, self._data, offset, spec), location)
 
     def _at(
