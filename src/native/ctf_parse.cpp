@@ -17,8 +17,9 @@ inline bool is_blank(unsigned char c) { return c == ' ' || c == '\t'; }
 template <class T>
 class Parser {
  public:
-  Parser(const char* data, int64_t base, const ParseOptions& options)
-      : data_(data), base_(base), options_(options), row_mark_(options.aliases.size(), 0) {
+  Parser(const char* data, int64_t size, int64_t base, const ParseOptions& options)
+      : data_(data), fast_limit_(data + size - 8), base_(base), options_(options),
+        row_mark_(options.aliases.size(), 0) {
     result_.streams.resize(options.aliases.size());
   }
 
@@ -91,7 +92,7 @@ class Parser {
   bool value(const char*& p, int stream, T& out) {
     double parsed = 0.0;
     const char* next = p;
-    const NumberStatus status = scan_number(p, parsed, &next);
+    const NumberStatus status = scan_number(p, fast_limit_, parsed, &next);
     if (status == NumberStatus::out_of_range) {
       fail(kValueOutOfRange, p, stream);
       return false;
@@ -213,6 +214,7 @@ class Parser {
   }
 
   const char* data_;
+  const char* fast_limit_;  // last position where an 8-byte load stays inside the buffer
   int64_t base_;
   const ParseOptions& options_;
   std::vector<int64_t> row_mark_;  // row id on which each stream was last seen
@@ -226,10 +228,10 @@ class Parser {
 template <class T>
 ParseResult<T> parse_sequences(const char* data, int64_t size, int64_t base, const int64_t* starts,
                                const int64_t* ends, int64_t n, const ParseOptions& options) {
-  if (size > 0 && data[size - 1] == '\n') return Parser<T>(data, base, options).run(starts, ends, n);
+  if (size > 0 && data[size - 1] == '\n') return Parser<T>(data, size, base, options).run(starts, ends, n);
   std::string terminated(data, static_cast<size_t>(size));  // final row without a newline
   terminated.push_back('\n');
-  return Parser<T>(terminated.data(), base, options).run(starts, ends, n);
+  return Parser<T>(terminated.data(), size + 1, base, options).run(starts, ends, n);
 }
 
 template ParseResult<float> parse_sequences<float>(const char*, int64_t, int64_t, const int64_t*,

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <charconv>
+#include <cstring>
 #include <cstdint>
 #include <string>
 
@@ -70,11 +71,32 @@ inline NumberStatus parse_slow(const char* begin, const char* end, bool negative
 
 }  // namespace detail
 
+// Reads the run of ASCII digits at p (at most 8), using one 8-byte load; p + 8 must be readable.
+// Returns how many digits there were and adds them to `mantissa`.
+inline int take_digits8(const char* p, uint64_t& mantissa) {
+  uint64_t word;
+  std::memcpy(&word, p, 8);
+  const uint64_t values = word ^ 0x3030303030303030ULL;  // digits become 0..9
+  // A byte is not a digit when its value is >= 10; carries only move to later bytes, which are
+  // then past the first non-digit anyway.
+  const uint64_t non_digit = ((values + 0x7676767676767676ULL) | values) & 0x8080808080808080ULL;
+  const int count = non_digit ? __builtin_ctzll(non_digit) / 8 : 8;
+  if (count == 0) return 0;
+  uint64_t digits = values << (64 - 8 * count);  // the digits, most significant first, in the top bytes
+  digits = ((digits * 2561) >> 8) & 0x00FF00FF00FF00FFULL;
+  digits = ((digits * 6553601) >> 16) & 0x0000FFFF0000FFFFULL;
+  digits = (digits * 42949672960001ULL) >> 32;
+  static constexpr uint64_t kScale[] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000};
+  mantissa = mantissa * kScale[count] + digits;
+  return count;
+}
+
 // Scans one number starting at p. The buffer must hold, somewhere after p, a byte that cannot
-// continue a number (the parser guarantees a final '\n'), so no end pointer is needed. On success
+// continue a number (the parser guarantees a final '\n'), so no end pointer is needed; 8-byte
+// loads are used at positions up to `fast_limit` (the buffer's end minus 8). On success
 // stores the value, sets *next to the first byte after the number and returns ok. On a syntax
 // error *next points at the offending byte.
-inline NumberStatus scan_number(const char* p, double& out, const char** next) {
+inline NumberStatus scan_number(const char* p, const char* fast_limit, double& out, const char** next) {
   const char* begin = p;
   const bool negative = *p == '-';
   p += (*p == '-' || *p == '+');
@@ -91,6 +113,10 @@ inline NumberStatus scan_number(const char* p, double& out, const char** next) {
   if (*p == '.') {
     ++p;
     const char* fraction = p;
+    if (p <= fast_limit) {
+      int taken = 8;
+      while (taken == 8 && p <= fast_limit && p - fraction < 16) p += (taken = take_digits8(p, mantissa));
+    }
     while (is_digit(static_cast<unsigned char>(*p))) mantissa = mantissa * 10 + static_cast<unsigned>(*p++ - '0');
     exponent = fraction - p;
     count += p - fraction;

@@ -1,0 +1,147 @@
+"""Replays CNTK's ``HelperRunReaderTest`` with cntkio and writes its control-file text.
+
+Control format (corpus README §1): for each epoch ``e`` the samples ``[e*epoch_size, (e+1)*epoch_size)``
+of the endlessly repeated corpus, at most 10 minibatches per epoch; per minibatch the ``features*``
+then ``labels*`` matrices; per matrix the sequences packed first-fit into rows, printed time-major
+(one line per non-gap column, values ``%g`` with 6 significant digits), sparse data densified.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cntkio import CTFDeserializer, MinibatchData, MinibatchSource, StreamDef, StreamDefs
+
+from .corpus import Case, corpus_dir
+
+
+def stream_defs(case: Case) -> Any:
+    """``StreamDefs`` from the case's ``streams`` (name, alias, dim, format, definesMbSize)."""
+    return StreamDefs(
+        **{
+            s["name"]: StreamDef(
+                field=s["alias"],
+                shape=s["dim"],
+                is_sparse=s["format"] == "sparse",
+                defines_mb_size=bool(s.get("definesMbSize")),
+            )
+            for s in case["streams"]
+        }
+    )
+
+
+def matrix_names(params: dict[str, Any]) -> list[str]:
+    """The helper's write order: ``features`` or ``features1..N``, then ``labels`` or ``labels1..M``."""
+    names = []
+    for prefix in ("features", "labels"):
+        count = params[f"num_{prefix[:-1]}_streams"]
+        names += [prefix] if count == 1 else [f"{prefix}{i + 1}" for i in range(count)]
+    return names
+
+
+def format_value(value: float) -> str:
+    """C++ ``ostream << value`` with default flags; float32 values arrive widened exactly to double."""
+    return format(float(value), ".6g")
+
+
+def time_major_order(lengths: Sequence[int]) -> list[int]:
+    """Flat sample indices in print order: first-fit rows of width max(lengths), time-major, gaps skipped."""
+    width = max(lengths, default=0)
+    rows: list[list[int]] = []
+    start = 0
+    for length in lengths:
+        samples = range(start, start + length)
+        start += length
+        row = next((r for r in rows if len(r) + length <= width), None)
+        if row is None:
+            rows.append(list(samples))
+        else:
+            row.extend(samples)
+    return [row[t] for t in range(width) for row in rows if t < len(row)]
+
+
+def matrix_lines(data: MinibatchData) -> list[str]:
+    """The text lines the helper writes for one stream of one minibatch."""
+    samples = data.csr.toarray() if data.is_sparse else np.asarray(data.values).reshape(data.num_samples, -1)
+    order = time_major_order(data.sequence_lengths.tolist())
+    return [" ".join(map(format_value, samples[i].tolist())) for i in order]
+
+
+def make_deserializer(case: Case, *, compat: bool = False) -> CTFDeserializer:
+    (data_file,) = case["data_files"]
+    config = case["reader_config"]
+    return CTFDeserializer(
+        corpus_dir() / data_file,
+        stream_defs(case),
+        max_errors=config["maxErrors"],
+        skip_sequence_ids=config["skipSequenceIds"],
+        chunk_size_in_bytes=config["chunkSizeInBytes"],
+        precision=config["precision"],
+        trace_level=config["traceLevel"],
+        keep_data_in_memory=config["keepDataInMemory"],
+        frame_mode=config["frameMode"],
+        compat=compat,
+    )
+
+
+def run_reader_case(case: Case, *, compat: bool = False) -> str:
+    """The control-file text cntkio produces for a ``HelperRunReaderTest`` case.
+
+    Every epoch gets a fresh source that starts at ``e*epoch_size`` (rounded up to the next sequence
+    boundary, as CNTK's StartEpoch does) and stops at ``(e+1)*epoch_size``, so a minibatch never crosses
+    an epoch boundary and a sequence that starts before the boundary is delivered whole.
+    ``randomize=False`` always: cases with ``randomize`` on but ``rng_dependent`` false hold a single
+    sequence or only identical ones (or fail before any order shows), so the order cannot matter.
+    """
+    params, config = case["params"], case["reader_config"]
+    deserializer = make_deserializer(case, compat=compat)
+    names = matrix_names(params)
+    epoch_size = params["epoch_size"]
+    partitions: dict[str, int] = {}
+    if params["num_subsets"] > 1:
+        partitions = {"num_data_partitions": params["num_subsets"], "partition_index": params["subset_index"]}
+    lines: list[str] = []
+    for epoch in range(params["num_epochs"]):
+        source = MinibatchSource(
+            deserializer,
+            max_samples=(epoch + 1) * epoch_size,
+            randomize=False,
+            trace_level=config["traceLevel"],
+            frame_mode=config["frameMode"],
+            prefetch=False,
+        )
+        try:
+            source.restore_from_checkpoint({"minibatchSourcePosition": epoch * epoch_size})
+            for _ in range(params["max_minibatches_per_epoch"]):
+                minibatch = source.next_minibatch(params["mb_size"], **partitions)
+                if not minibatch:
+                    break
+                for name in names:
+                    lines += matrix_lines(minibatch[name])
+        finally:
+            source.close()
+    return "".join(line + "\n" for line in lines)
+
+
+def write_generated_input(case: Case, folder: Path, content_suffix: str = "") -> Path:
+    """Writes a ``TextParser direct`` case's one-line input under its own file name."""
+    generated = case["generated_input"]
+    path = folder / generated["file_name"]
+    path.write_bytes((generated["content"] + content_suffix).encode("utf-8"))
+    return path
+
+
+def open_generated_input(case: Case, path: Path) -> CTFDeserializer:
+    """The deserializer a ``TextParser direct`` case uses: its streams, precision and maxErrors."""
+    params = case["params"]
+    return CTFDeserializer(
+        path,
+        stream_defs(case),
+        max_errors=params["maxErrors"],
+        precision=params["elem_type"],
+        trace_level=2,
+    )
