@@ -155,22 +155,9 @@ def test_generated_input_case(case: Case, tmp_path: Path) -> None:
 
 @pytest.mark.ctf_case
 @pytest.mark.parametrize("case", _params(INVALID_INPUTS_CASES))
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: in id mode a row with no valid sample but no failed sample (blank line, comment-only line, "
-    "only unknown inputs; invalid_inputs.txt lines 26, 30, 32) is not counted as an error, while "
-    "ctf-format.md §5.4 counts every empty row",
-)
 def test_invalid_inputs(case: Case) -> None:
-    """The rows cntkio reports as errors are the rows CNTK's WARNINGs blame (mapping in diagnostics.py)."""
-    data, errors = _invalid_inputs_errors(case)
-    expected = cntk_errors(control_text(case), data)
-    assert {line_of(data, e.offset) for e in errors} == {e.row for e in expected}
-
-
-@pytest.mark.parametrize("case", _params(INVALID_INPUTS_CASES))
-def test_invalid_inputs_bad_samples(case: Case) -> None:
-    """invalid_inputs without the rows that are only empty: same rows, same offsets of offending bytes."""
+    """cntkio blames the rows CNTK's WARNINGs blame, at the same offsets of offending bytes, except the
+    rows CNTK flags only as empty (see EXPECTED_DIFFERENT)."""
     data, errors = _invalid_inputs_errors(case)
     expected = cntk_errors(control_text(case), data)
     empty_only = rows_with_only_empty_row_warnings(expected)
