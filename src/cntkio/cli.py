@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -76,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``cntkio`` console script; returns the exit status."""
     args = build_parser().parse_args(argv)
+    logger = logging.getLogger("cntkio")
+    level = logger.level
+    logger.setLevel(logging.ERROR)  # every problem is in the report: no log lines on stderr
     try:
         return _inspect(args)
     except BrokenPipeError:  # output piped into e.g. `head`
@@ -83,6 +87,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INVALID
     except KeyboardInterrupt:
         return 130
+    finally:
+        logger.setLevel(level)
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -124,9 +130,15 @@ def _progress_printer(path: str) -> Progress | None:
     if not big or not sys.stderr.isatty():
         return None
 
+    shown = ""
+
     def show(phase: str, done: int, total: int) -> None:
-        sys.stderr.write(f"\r{phase} {100 * done // max(total, 1):3d}%")
-        sys.stderr.flush()
+        nonlocal shown
+        text = f"\r{phase} {100 * done // max(total, 1):3d}%"
+        if text != shown:
+            sys.stderr.write(text)
+            sys.stderr.flush()
+            shown = text
 
     return show
 

@@ -110,3 +110,5 @@ class ErrorBudget:
             self.errors.append(error)
         if self.trace_level >= 1:
             logger.warning("skipped bad record (%d of max_errors=%d): %s", self._count, self.max_errors, error)
+        elif self._count == 1:
+            logger.warning("skipping bad records (max_errors=%d); set trace_level >= 1 to see each", self.max_errors)

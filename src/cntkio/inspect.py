@@ -16,7 +16,7 @@ import numpy as np
 
 from .deserializer import SparseStream, StreamData
 from .errors import ConfigError, FormatError, Location
-from .formats.ctf import CTFDeserializer
+from .formats.ctf import DEFAULT_CHUNK_SIZE_IN_BYTES, CTFDeserializer
 from .infer import infer_streams
 from .streams import StreamDef
 
@@ -180,6 +180,7 @@ def inspect_file(
     skip_sequence_ids: bool = False,
     precision: str = "float",
     optional_inputs: bool = False,
+    chunk_size_in_bytes: int = DEFAULT_CHUNK_SIZE_IN_BYTES,
     progress: Progress | None = None,
 ) -> Report:
     """Reads the whole file and returns its :class:`Report`.
@@ -188,7 +189,8 @@ def inspect_file(
         path: the CTF file.
         streams: the streams to read; ``None`` infers them from a full scan of the file.
         max_errors: stop reading after this many errors and list only these (``None``: no limit).
-        skip_sequence_ids, precision, optional_inputs: as in :class:`~cntkio.CTFDeserializer`.
+        skip_sequence_ids, precision, optional_inputs, chunk_size_in_bytes: as in
+            :class:`~cntkio.CTFDeserializer`; memory use is bounded by about one chunk.
         progress: called with (phase, done, total) while scanning and parsing.
 
     Raises:
@@ -214,6 +216,7 @@ def inspect_file(
         reader = CTFDeserializer(
             path, definitions, max_errors=sys.maxsize, skip_sequence_ids=skip_sequence_ids,
             precision=precision, trace_level=0, optional_inputs=optional_inputs,
+            chunk_size_in_bytes=chunk_size_in_bytes,
         )  # fmt: skip
     except FormatError as e:
         report.fatal = e

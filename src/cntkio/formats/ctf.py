@@ -146,6 +146,7 @@ class CTFDeserializer(Deserializer):
             for i, s in enumerate(self._streams)
         ]
         self._aliases = [(s.alias, s.sparse, s.dim) for s in self._streams]
+        self._noted_chunks: set[int] = set()  # chunks whose warnings were logged (once, not every sweep)
         self._data = self._map_file()
         self._build_index()
 
@@ -289,20 +290,29 @@ class CTFDeserializer(Deserializer):
             not self.compat,
         )
         self._report(errors, sequence_base=a)
+        if chunk_id not in self._noted_chunks:
+            self._noted_chunks.add(chunk_id)
+            self._log_notes(stats, start, int(self._first_lines[a]))
+        return self._chunk(streams)
+
+    def _log_notes(self, stats: dict[str, int], start: int, first_line: int) -> None:
+        """Logs a chunk's zero-padded samples (warning) and skipped unknown inputs (info)."""
         if self.trace_level >= 1 and stats["padded_samples"]:
             logger.warning(
                 "%s: %d dense sample(s) had fewer values than their dimension and were zero-padded (first: %s)",
                 self.filename,
                 stats["padded_samples"],
-                self._at(stats["first_padded_offset"], start, int(self._first_lines[a])),
+                self._at(stats["first_padded_offset"], start, first_line),
             )
         if self.trace_level >= 2 and stats["unknown_inputs"]:
             logger.info(
                 "%s: skipped %d sample(s) of inputs not in the configuration (first: %s)",
                 self.filename,
                 stats["unknown_inputs"],
-                self._at(stats["first_unknown_offset"], start, int(self._first_lines[a])),
+                self._at(stats["first_unknown_offset"], start, first_line),
             )
+
+    def _chunk(self, streams: list[tuple[np.ndarray, ...]]) -> dict[str, StreamData]:
         chunk: dict[str, StreamData] = {}
         for stream, arrays in zip(self._streams, streams):
             if stream.sparse:
