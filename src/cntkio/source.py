@@ -384,19 +384,20 @@ class MinibatchSource:
     def _manage_memory(self, in_use: set[int], last_count: int) -> None:
         """Prefetches the chunks the next reads need and drops the ones no read needs any more."""
         timeline = self._timeline
-        plan = timeline.plan(self._sweep)
-        first, last = plan.chunk_spans
-        horizon = self._cursor + max(64, 2 * last_count * (self._partitioning or (1, 0))[0])
-        soon = (first < horizon) & (last >= self._cursor)
-        if self._partitioning and self._partitioning[0] > 1 and timeline.chunk_level_partitions(self._partitioning[0]):
-            partitions, index = self._partitioning
-            soon &= plan.chunk_rank % partitions == index
-        candidates = np.flatnonzero(soon)
-        upcoming = timeline.active_chunks[candidates[np.argsort(first[candidates], kind="stable")]].tolist()
-        pending = set(timeline.locate(np.asarray(self._slots.units(), dtype=np.int64))[0].tolist())
-        for chunk_id in upcoming:
-            self._cache.prefetch(chunk_id)
-        self._cache.retain(in_use | set(upcoming) | pending)
+        keep = in_use | set(timeline.locate(np.asarray(self._slots.units(), dtype=np.int64))[0].tolist())
+        if self.position < self._epoch_end:
+            plan = timeline.plan(self._sweep)
+            first, last = plan.chunk_spans
+            partitions, index = self._partitioning or (1, 0)
+            soon = (first < self._cursor + max(64, 2 * last_count * partitions)) & (last >= self._cursor)
+            if partitions > 1 and timeline.chunk_level_partitions(partitions):
+                soon &= plan.chunk_rank % partitions == index
+            candidates = np.flatnonzero(soon)
+            upcoming = timeline.active_chunks[candidates[np.argsort(first[candidates], kind="stable")]].tolist()
+            for chunk_id in upcoming:
+                self._cache.prefetch(chunk_id)
+            keep |= set(upcoming)
+        self._cache.retain(keep)
 
     # --- checkpoints -----------------------------------------------------------------------------
     def _fingerprint(self) -> str:
@@ -467,17 +468,28 @@ class MinibatchSource:
     def merge_checkpoints(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """Combines the states of all k partitions into one that restores with any partition count.
 
-        The sequences the k partitions had not read yet are then shared by the new partitions.
+        The sequences the k partitions had not read yet are then shared by the new partitions. A state
+        taken before its partition read anything carries no partition index: such states fill the
+        missing indices in the order given.
         """
         if not states:
             raise ValueError("no checkpoint states to merge")
-        partitionings = {tuple(s.get("partitioning") or (1, 0)) for s in states}
         count = len(states)
-        if sorted(p[1] for p in partitionings) != list(range(count)) or {p[0] for p in partitionings} != {count}:
-            raise ValueError("merge_checkpoints needs the states of every partition of one partitioning")
+        placed: dict[int, Mapping[str, Any]] = {}
+        unplaced = []
+        for state in states:
+            partitioning = state.get("partitioning")
+            if partitioning is None:
+                unplaced.append(state)  # has not read since it was created or restored
+            elif int(partitioning[0]) != count or int(partitioning[1]) in placed:
+                raise ValueError("merge_checkpoints needs the state of every partition of one partitioning")
+            else:
+                placed[int(partitioning[1])] = state
+        free = [index for index in range(count) if index not in placed]
+        placed.update(zip(free, unplaced))
         if any(s.get("bptt_slots") for s in states):
             raise ValueError("truncated BPTT states carry sequences in flight and cannot be merged")
-        ordered = sorted(states, key=lambda s: s["partitioning"][1] if s.get("partitioning") else 0)
+        ordered = [placed[index] for index in range(count)]
         first_sweep = min(int(s["sweep"]) for s in ordered)
         last_sweep = max(int(s["sweep"]) for s in ordered)
         layers: dict[str, list[list[Any]]] = {}

@@ -134,7 +134,7 @@ class Timeline:
             rank = np.empty(count, dtype=np.int64)
             rank[chunk_order] = np.arange(count, dtype=np.int64)
             return units, rank
-        rng = np.random.default_rng([r.seed % 2**63, sweep])
+        rng = np.random.default_rng([r.seed % 2**64, sweep])
         chunk_order = rng.permutation(count)
         rank = np.empty(count, dtype=np.int64)
         rank[chunk_order] = np.arange(count, dtype=np.int64)

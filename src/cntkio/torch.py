@@ -137,10 +137,11 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
         partitions, rank = self._partition()
         source = self.make_source()
         index = base = 0
-        if self._resume is not None:
-            source.restore_from_checkpoint(self._resume["source"])
-            index = int(self._resume["minibatch_index"])
-            base = int(self._resume.get("worker_base", index))
+        resume, self._resume = self._resume, None  # a loaded state applies to the next iteration only
+        if resume is not None:
+            source.restore_from_checkpoint(resume["source"])
+            index = int(resume["minibatch_index"])
+            base = int(resume.get("worker_base", index))
         try:
             while True:
                 if (index - base) % workers != worker_id:
@@ -180,7 +181,9 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
         """The next iteration continues right after the minibatch the state was taken at.
 
         With ``batch.state`` (or a merged state) the next minibatch comes from worker 0, as a new
-        ``DataLoader`` expects; with :meth:`state_dict` the worker assignment is kept.
+        ``DataLoader`` expects; with :meth:`state_dict` the worker assignment is kept. Loader worker
+        processes work on copies of the dataset, so with ``num_workers > 0`` build a new dataset (or
+        call ``load_state_dict({})``) for the iterations after the resumed one.
         """
         self._resume = dict(state) if state else None
         self._last_state = None

@@ -147,8 +147,7 @@ class CTFDeserializer(Deserializer):
         ]
         self._aliases = [(s.alias, s.sparse, s.dim) for s in self._streams]
         self._noted_chunks: set[int] = set()  # chunks whose warnings were logged (once, not every sweep)
-        self._data = self._map_file()
-        self._build_index()
+        self._build_index(self._map_file())  # the map is dropped afterwards: chunks are read with pread
 
     # ----------------------------------------------------------------------------------- index
     def _map_file(self) -> np.ndarray:
@@ -158,11 +157,11 @@ class CTFDeserializer(Deserializer):
             raise FileNotFoundError(f"cannot open CTF file '{self.filename}': {e.strerror}") from e
         if size == 0:
             raise FormatError("input file is empty", Location(self.filename, 0))
+        self.file_size = size
         return np.memmap(self.filename, dtype=np.uint8, mode="r")
 
-    def _skip_preamble(self) -> tuple[int, int]:
+    def _skip_preamble(self, data: np.ndarray) -> tuple[int, int]:
         """Returns (offset of the first data byte, its 0-based line) past a BOM and leading blanks."""
-        data = self._data
         head = bytes(data[:3])
         if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
             raise FormatError("UTF-16 input is not supported (found a UTF-16 byte order mark)", self._at(0))
@@ -180,9 +179,9 @@ class CTFDeserializer(Deserializer):
             begin += len(block)
         raise FormatError("input file holds only whitespace", self._at(0))
 
-    def _build_index(self) -> None:
-        begin, first_line = self._skip_preamble()
-        first = self._data[begin]
+    def _build_index(self, data: np.ndarray) -> None:
+        begin, first_line = self._skip_preamble(data)
+        first = data[begin]
         if self.skip_sequence_ids or first == ord("|"):
             self.id_mode = IdMode.LINE
         elif ord("0") <= first <= ord("9"):
@@ -191,7 +190,7 @@ class CTFDeserializer(Deserializer):
             self.id_mode = IdMode.TEXT
         defining = next((i for i, s in enumerate(self._streams) if s.defines_mb_size), -1)
         index = _native.ctf_index(
-            self._data,
+            data,
             begin,
             first_line,
             int(self.id_mode),
@@ -206,7 +205,7 @@ class CTFDeserializer(Deserializer):
         self._offsets: np.ndarray = index["offsets"]
         self._ends: np.ndarray = index["ends"]
         self._first_lines: np.ndarray = index["first_lines"]
-        self._keys = self._decode_keys(index)
+        self._keys = self._decode_keys(index, data)
         self._report(index["errors"], sequence_base=0)
         valid = index["valid"].astype(bool)
         if not valid.all():
@@ -227,10 +226,9 @@ class CTFDeserializer(Deserializer):
         starts = _native.ctf_chunk_starts(self._offsets, self._ends, self.chunk_size_in_bytes)
         self._chunk_bounds = np.append(starts, len(self._offsets)).astype(np.int64)
 
-    def _decode_keys(self, index: dict[str, Any]) -> Any:
+    def _decode_keys(self, index: dict[str, Any], data: np.ndarray) -> Any:
         if self.id_mode != IdMode.TEXT:
             return index["keys"]
-        data = self._data
         return [
             bytes(data[o : o + n]).decode("utf-8", "backslashreplace")
             for o, n in zip(index["offsets"].tolist(), index["key_lengths"].tolist())
@@ -332,7 +330,9 @@ class CTFDeserializer(Deserializer):
             while done < len(buffer):
                 n = os.preadv(f.fileno(), [view[done:]], start + done)
                 if n == 0:
-                    raise FormatError("file is shorter than when it was indexed (truncated?)", self._at(start + done))
+                    raise FormatError(
+                        "file is shorter than when it was indexed (truncated?)", Location(self.filename, start + done)
+                    )
                 done += n
         return buffer
 
@@ -361,7 +361,8 @@ class CTFDeserializer(Deserializer):
             self._keys[sequence_index],
             spec.alias if spec else None,
         )
-        return FormatError(_describe(kind, self._data, offset, spec), location)
+        byte = bytes(self._read(offset, min(offset + 1, self.file_size)))
+        return FormatError(_describe(kind, byte, spec), location)
 
     def _at(
         self, offset: int, from_offset: int = 0, from_line: int = 0, key: Any = None, input_name: str | None = None
@@ -369,7 +370,7 @@ class CTFDeserializer(Deserializer):
         """Location of a byte offset; the 1-based line is counted from a known line start."""
         if offset < 0:
             return Location(self.filename, offset)
-        newlines = np.flatnonzero(np.asarray(self._data[from_offset:offset]) == 10)
+        newlines = np.flatnonzero(self._read(from_offset, offset) == 10)
         line = from_line + len(newlines) + 1
         line_start = from_offset + int(newlines[-1]) + 1 if len(newlines) else from_offset
         return Location(self.filename, offset, line, offset - line_start + 1, key, input_name)
@@ -387,9 +388,8 @@ class CTFDeserializer(Deserializer):
         }
 
 
-def _describe(kind: ErrorKind, data: np.ndarray, offset: int, stream: _Stream | None) -> str:
-    """Human-readable reason of a bad record, quoting the byte at the offset."""
-    byte = bytes(data[offset : offset + 1]) if 0 <= offset < len(data) else b""
+def _describe(kind: ErrorKind, byte: bytes, stream: _Stream | None) -> str:
+    """Human-readable reason of a bad record, quoting the byte at its offset (empty at the end)."""
     shown = repr(byte.decode("latin-1")) if byte else "end of sequence"
     dim = stream.dim if stream else 0
     reasons = {
