@@ -506,11 +506,6 @@ class TestChunking:
         with pytest.raises(ConfigError):
             ctf.deserializer("|a 1 2\n", A2, chunk_size_in_bytes=0)
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="BUG: line-mode sequences end at their own newline, so bytes of dropped lines between two "
-        "sequences are not part of the earlier sequence's size (spec §9) and a chunk can exceed the limit",
-    )
     def test_dropped_lines_count_towards_the_chunk_size(self, ctf):
         # spec §9: a sequence's size runs to the start of the next one; dropped lines still count
         text = "|a 1 2 |b\n|b 1:1\n|a 3 4 |b\n"  # the middle line is dropped (a defines the size)

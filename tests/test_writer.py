@@ -71,7 +71,6 @@ def test_other_scipy_sparse_formats(kind):
     assert sequence_to_cntk_text_format(0, {"s": matrix}) == "0\t|s 1:1.5\n0\t|s 0:2.0"
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason="BUG: coo_matrix rows cannot be indexed (TypeError)")
 def test_scipy_coo_matrix():
     matrix = scipy.sparse.coo_matrix(np.array([[0, 1.5, 0], [2.0, 0, 0]]))
     assert sequence_to_cntk_text_format(0, {"s": matrix}) == "0\t|s 1:1.5\n0\t|s 0:2.0"

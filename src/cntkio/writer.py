@@ -17,8 +17,8 @@ def _format_value(value: Any) -> str:
 
 
 def _sample_text(tensor: Any, step: int) -> str:
-    if scipy.sparse.issparse(tensor):
-        row = scipy.sparse.csr_matrix(tensor[step])
+    if isinstance(tensor, scipy.sparse.csr_matrix):
+        row = tensor[step]
         row.sum_duplicates()
         return " ".join(f"{i}:{_format_value(v)}" for i, v in zip(row.indices.tolist(), row.data))
     sample = tensor[step]
@@ -34,7 +34,10 @@ def sequence_to_cntk_text_format(seq_idx: int, alias_tensor_map: Mapping[str, An
     a list of ``{index: value}`` dicts, or a SciPy sparse matrix (one row per sample). Aliases come
     in sorted order; an alias whose sequence is shorter is left out of the later lines.
     """
-    tensors = dict(sorted(alias_tensor_map.items()))
+    tensors = {
+        alias: scipy.sparse.csr_matrix(value) if scipy.sparse.issparse(value) else value
+        for alias, value in sorted(alias_tensor_map.items())
+    }
     lengths = {alias: value.shape[0] if hasattr(value, "shape") else len(value) for alias, value in tensors.items()}
     lines = []
     for step in range(max(lengths.values(), default=0)):

@@ -178,11 +178,12 @@ IndexResult build_index(const char* data, int64_t begin, int64_t size, int64_t f
 }
 
 std::vector<int64_t> chunk_starts(const int64_t* offsets, const int64_t* ends, int64_t n, int64_t limit) {
+  // As in CNTK, a sequence's size runs to the start of the next one, so bytes of skipped lines count.
   std::vector<int64_t> starts;
   int64_t chunk_offset = 0;
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t size = ends[i] - offsets[i];
-    if (starts.empty() || (ends[i - 1] - chunk_offset) + size > limit) {
+    const int64_t size = (i + 1 < n ? offsets[i + 1] : ends[i]) - offsets[i];
+    if (starts.empty() || (offsets[i] - chunk_offset) + size > limit) {
       starts.push_back(i);
       chunk_offset = offsets[i];
     }
