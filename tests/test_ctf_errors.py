@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from cntkio import ConfigError, CTFDeserializer, FormatError, MaxErrorsExceeded, StreamDef, StreamDefs
+from cntkio import ConfigError, CTFDeserializer, FormatError, MaxErrorsExceeded, MinibatchSource, StreamDef, StreamDefs
 
 AB = StreamDefs(a=StreamDef(field="a", shape=2), b=StreamDef(field="b", shape=5, is_sparse=True))
 
@@ -82,6 +82,15 @@ def test_error_in_a_later_chunk_has_the_right_line(ctf):
     text = "".join(lines)
     error = first_error(ctf, text, chunk_size_in_bytes=64)
     assert fields(error) == (38, 9, text.index("oops"), 37, "a")
+
+
+def test_error_deep_in_a_multi_line_sequence_of_a_later_chunk(ctf):
+    lines = [f"{i // 3} |a {i} 0 |b\n" for i in range(60)]  # sequences of 3 lines
+    lines[40] = "13 |b\t\t|a 1 2 3\n"  # third line of sequence 13 (file line 41)
+    text = "".join(lines)
+    error = first_error(ctf, text, chunk_size_in_bytes=100)
+    assert fields(error) == (41, 8, text.index("|a 1 2 3"), 13, "a")
+    assert "more than dim=2 values" in error.reason
 
 
 def test_format_error_is_a_value_error_with_a_location():
@@ -212,20 +221,15 @@ def bad_every_few_lines(n: int = 12) -> str:
 
 def read_sweeps(ctf, compat: bool, prefetch: bool = False, sweeps: int = 3):
     """Reads `sweeps` sweeps through a MinibatchSource over many small chunks; returns (deserializer, parses)."""
-    source = ctf.source(
-        bad_every_few_lines(),
-        AB,
-        ctf_options={"max_errors": 100, "chunk_size_in_bytes": 20, "compat": compat},
-        max_sweeps=sweeps,
-        prefetch=prefetch,
-    )
-    deserializer = source._deserializer
+    deserializer = ctf.deserializer(bad_every_few_lines(), AB, max_errors=100, chunk_size_in_bytes=20, compat=compat)
     calls = []
     original = deserializer.get_chunk
     deserializer.get_chunk = lambda chunk_id: calls.append(chunk_id) or original(chunk_id)
+    source = MinibatchSource(deserializer, max_sweeps=sweeps, randomize=False, prefetch=prefetch)
     batches = 0
     while source.next_minibatch(2):
         batches += 1
+    source.close()
     assert batches == 6 * sweeps
     return deserializer, calls
 
@@ -441,3 +445,44 @@ def test_token_soup_never_crashes(tmp_path, seed):
     )
     assert result.returncode == 0, f"return code {result.returncode}: {result.stderr[-3000:]}"
     assert "ok" in result.stdout
+
+
+CHANGED_CHILD = textwrap.dedent(
+    """
+    import os, random, sys
+    from cntkio import CTFDeserializer, MinibatchSource, StreamDef, StreamDefs
+
+    path, change = sys.argv[1], sys.argv[2]
+    streams = StreamDefs(a=StreamDef(field="a", shape=3), b=StreamDef(field="b", shape=5, is_sparse=True))
+    with open(path, "wb") as f:
+        f.write(b"".join(b"%d |a 1 2 3 |b 1:1\\n%d |a 4 5 6\\n" % (i, i) for i in range(300)))
+    deserializer = CTFDeserializer(path, streams, max_errors=10**9, chunk_size_in_bytes=1000, trace_level=0)
+    size = os.path.getsize(path)
+    if change == "truncate":
+        os.truncate(path, size // 2)
+    else:
+        content = {"digits": b"7" * size, "bars": b"|" * size, "random": random.Random(0).randbytes(size)}[change]
+        with open(path, "r+b") as f:
+            f.write(content)
+    source = MinibatchSource(deserializer, randomize=False, max_sweeps=1)
+    while source.next_minibatch(100):
+        pass
+    print("ok")
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("change", "outcome"),
+    [("digits", "ok"), ("bars", "ok"), ("random", "ok"), ("truncate", "file is shorter than when it was indexed")],
+)
+def test_file_changed_after_indexing_never_crashes(tmp_path, change, outcome):
+    """The parser trusts the index's line ends; a file rewritten behind its back must not break memory safety."""
+    result = subprocess.run(
+        [sys.executable, "-c", CHANGED_CHILD, str(tmp_path / "changed.ctf"), change],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode in (0, 1), f"return code {result.returncode}: {result.stderr[-3000:]}"
+    assert outcome in (result.stdout if result.returncode == 0 else result.stderr.strip().splitlines()[-1])

@@ -97,9 +97,10 @@ class TestIdMode:
         assert any("more than one place" in r.getMessage() for r in caplog.records)
 
     def test_blank_and_comment_lines_continue_the_sequence(self, ctf):
-        parsed = ctf.read("1 |a 1 2\n\n|# note\n1 |a 3 4\n2 |a 5 6\n", A2)
+        parsed = ctf.read("1 |a 1 2\n\n|# note\n1\n1 |a 3 4\n2 |a 5 6\n", A2)
         assert parsed.keys == [1, 2]
         assert parsed.lengths == [2, 1]
+        assert parsed.deserializer.errors.count == 0
         assert parsed.dense("a") == [[[1, 2], [3, 4]], [[5, 6]]]
 
     def test_largest_unsigned_64_bit_id(self, ctf):

@@ -476,6 +476,7 @@ def test_one_sweep_gives_back_the_file_in_order(ctf_session, data, size, chunk_s
         text, streams, ctf_options={"chunk_size_in_bytes": chunk_size}, max_sweeps=1, frame_mode=frame_mode
     )
     minibatches = drain(source, size)
+    source.close()
     units = [mb["x"].sequence_lengths.tolist() for mb in minibatches]
     for lengths in units:
         assert sum(lengths) <= size or len(lengths) == 1
@@ -494,3 +495,61 @@ def test_one_sweep_gives_back_the_file_in_order(ctf_session, data, size, chunk_s
     assert y_read == [[[(i, float(v)) for i, v in sample] for sample in seq["y"]] for seq in sequences]
     lengths = [seq["length"] for seq in sequences]
     assert [len(keys) for keys, _ in reference(lengths, size, sum(lengths))] == [len(u) for u in units]
+
+
+def model(lengths: list[int], sizes: list[int], workers: int, rank: int, epoch_end: float) -> list:
+    """Spec model (randomization-and-packing.md §4, §6, §7 local timeline) of (keys, end_of_sweep) per call.
+
+    The worker walks the file-order timeline from its cursor and keeps its own sequences (position %
+    workers == rank) while they fit its budget (the first always) and start before the epoch end.
+    """
+    starts = np.concatenate([[0], np.cumsum(lengths)]).tolist()
+    sweep_size, sweep, cursor = starts[-1], 0, 0
+    result: list = []
+    for size in sizes:
+        budget = max(1, size // workers + (rank < size % workers))
+        taken: list[int] = []
+        total, end_of_sweep = 0, False
+        while rank < len(lengths):
+            for i in [i for i in range(cursor, len(lengths)) if i % workers == rank]:
+                if sweep * sweep_size + starts[i] >= epoch_end or (taken and total + lengths[i] > budget):
+                    cursor = i
+                    break
+                taken.append(i)
+                total, cursor = total + lengths[i], i + 1
+            else:  # every own sequence of the sweep was taken: the walk goes on into the next sweep
+                end_of_sweep, sweep, cursor = True, sweep + 1, 0
+                if total < budget and sweep * sweep_size < epoch_end:
+                    continue
+            break
+        result.append((taken, end_of_sweep) if taken else None)
+    return result
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 4), min_size=1, max_size=8),
+    sizes=st.lists(st.integers(1, 10), min_size=1, max_size=15),
+    workers=st.integers(1, 3),
+    data=st.data(),
+)
+def test_minibatches_follow_the_spec_model(ctf_session, lengths, sizes, workers, data):
+    rank = data.draw(st.integers(0, workers - 1))
+    limit = data.draw(
+        st.sampled_from(["samples", "sweeps", "infinite"]).flatmap(
+            lambda kind: (
+                st.just((kind, None))
+                if kind == "infinite"
+                else st.tuples(st.just(kind), st.integers(0 if kind == "samples" else 1, 3 * sum(lengths)))
+            )
+        )
+    )
+    kind, value = limit
+    options = {"max_samples": value} if kind == "samples" else {"max_sweeps": value} if kind == "sweeps" else {}
+    epoch_end = value if kind == "samples" else value * sum(lengths) if kind == "sweeps" else float("inf")
+    source = ctf_session.source(make_text(lengths), STREAMS, prefetch=False, **options)
+    got = []
+    for size in sizes:
+        minibatch = source.next_minibatch(size, num_data_partitions=workers, partition_index=rank)
+        got.append((keys_of(minibatch), minibatch["x"].end_of_sweep) if minibatch else None)
+    assert got == model(lengths, sizes, workers, rank, epoch_end)
