@@ -23,6 +23,7 @@ class ChunkCache:
 
     def __init__(self, deserializer: Deserializer, threads: int):
         self._deserializer = deserializer
+        self.threads = threads
         self._chunks: OrderedDict[int, Future[Chunk]] = OrderedDict()
         self._lock = threading.Lock()
         self._executor = (

@@ -389,11 +389,14 @@ class MinibatchSource:
             plan = timeline.plan(self._sweep)
             first, last = plan.chunk_spans
             partitions, index = self._partitioning or (1, 0)
-            soon = (first < self._cursor + max(64, 2 * last_count * partitions)) & (last >= self._cursor)
+            pending = last >= self._cursor
             if partitions > 1 and timeline.chunk_level_partitions(partitions):
-                soon &= plan.chunk_rank % partitions == index
-            candidates = np.flatnonzero(soon)
-            upcoming = timeline.active_chunks[candidates[np.argsort(first[candidates], kind="stable")]].tolist()
+                pending &= plan.chunk_rank % partitions == index
+            candidates = np.flatnonzero(pending)
+            candidates = candidates[np.argsort(first[candidates], kind="stable")]
+            # The chunks the next reads touch, and then as many more as there are parse threads.
+            soon = int(np.searchsorted(first[candidates], self._cursor + max(64, 2 * last_count * partitions)))
+            upcoming = timeline.active_chunks[candidates[: soon + self._cache.threads]].tolist()
             for chunk_id in upcoming:
                 self._cache.prefetch(chunk_id)
             keep |= set(upcoming)

@@ -70,7 +70,7 @@ class Parser {
   template <class V>
   static void reserve_large(std::vector<V>& vector, size_t count) {
     vector.reserve(count);
-#ifdef MADV_HUGEPAGE
+#if defined(MADV_HUGEPAGE) && defined(CNTKIO_HUGEPAGES)
     constexpr uintptr_t kHuge = uintptr_t{1} << 21;
     const uintptr_t first = (reinterpret_cast<uintptr_t>(vector.data()) + kHuge - 1) & ~(kHuge - 1);
     const uintptr_t last = reinterpret_cast<uintptr_t>(vector.data() + vector.capacity()) & ~(kHuge - 1);
