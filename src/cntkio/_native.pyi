@@ -14,6 +14,7 @@ def ctf_index(
     count_lines: bool,
     keep_empty_lines: bool,
     require_all_inputs: bool,
+    release_mapped_pages: bool = False,
 ) -> dict[str, Any]: ...
 def ctf_parse(
     data: np.ndarray,

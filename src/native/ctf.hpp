@@ -79,6 +79,7 @@ struct IndexOptions {
   bool count_lines = false;    // compat: index length = physical line count (CNTK)
   bool keep_empty_lines = false;  // compat: blank/comment-only lines are sequences in line mode
   bool require_all_inputs = true;
+  bool release_mapped_pages = false;  // data is a read-only shared file mapping: drop scanned pages
 };
 
 struct IndexResult {

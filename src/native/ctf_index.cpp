@@ -2,6 +2,10 @@
 #include <algorithm>
 #include <cstring>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 #include "ctf.hpp"
 
 namespace cntkio::ctf {
@@ -26,6 +30,7 @@ class Indexer {
     const char* end = data_ + size;
     const char* p = data_ + begin;
     int64_t line = first_line;
+    const char* released = data_;
     while (p < end) {
       const char* newline = static_cast<const char*>(std::memchr(p, '\n', static_cast<size_t>(end - p)));
       const char* line_end = newline ? newline : end;
@@ -33,6 +38,7 @@ class Indexer {
       if (!on_line(p, line_end, next, line)) return std::move(result_);
       p = next;
       ++line;
+      if (options_.release_mapped_pages && p - released >= kReleaseEvery) released = release(released, p);
     }
     if (open_.offset >= 0) finish(size);
     result_.total_lines = line - first_line;
@@ -162,6 +168,19 @@ class Indexer {
     open_ = OpenSequence{};
   }
 
+  // Drops the pages of a file mapping already scanned from this process (the page cache keeps
+  // them), so indexing a file larger than memory does not grow the resident set.
+  const char* release(const char* from, const char* to) {
+    const uintptr_t page = 4096;
+    const uintptr_t first = reinterpret_cast<uintptr_t>(from) & ~(page - 1);
+    const uintptr_t last = reinterpret_cast<uintptr_t>(to) & ~(page - 1);
+#ifdef MADV_DONTNEED
+    if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+#endif
+    return reinterpret_cast<const char*>(last);
+  }
+
+  static constexpr int64_t kReleaseEvery = int64_t{64} << 20;
   const char* data_;
   const IndexOptions& options_;
   std::vector<int64_t> counts_;        // lines of the open sequence that hold each stream

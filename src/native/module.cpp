@@ -54,7 +54,7 @@ nb::dict errors_to_dict(std::vector<ErrorRecord>&& errors) {
 
 nb::dict index_buffer(ByteArray data, int64_t begin, int64_t first_line, int mode,
                const std::vector<AliasSpec>& aliases, int defining_stream, bool count_lines,
-               bool keep_empty_lines, bool require_all_inputs) {
+               bool keep_empty_lines, bool require_all_inputs, bool release_mapped_pages) {
   IndexOptions options;
   options.mode = static_cast<IdMode>(mode);
   options.aliases = to_aliases(aliases);
@@ -62,6 +62,7 @@ nb::dict index_buffer(ByteArray data, int64_t begin, int64_t first_line, int mod
   options.count_lines = count_lines;
   options.keep_empty_lines = keep_empty_lines;
   options.require_all_inputs = require_all_inputs;
+  options.release_mapped_pages = release_mapped_pages;
   IndexResult r;
   {
     nb::gil_scoped_release release;
@@ -158,6 +159,7 @@ NB_MODULE(_native, m) {
   m.doc() = "Native CTF indexer and parser of cntkio.";
   m.def("ctf_index", &index_buffer, "data"_a, "begin"_a, "first_line"_a, "mode"_a, "aliases"_a,
         "defining_stream"_a, "count_lines"_a, "keep_empty_lines"_a, "require_all_inputs"_a,
+        "release_mapped_pages"_a = false,
         "Index the sequences of a CTF buffer (GIL released).");
   m.def("ctf_parse", &parse_buffer, "data"_a, "base"_a, "starts"_a, "ends"_a, "mode"_a, "aliases"_a,
         "double_precision"_a, "sort_sparse"_a,

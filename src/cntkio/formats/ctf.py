@@ -202,6 +202,7 @@ class CTFDeserializer(Deserializer):
             self.compat,
             self.compat,
             not self.optional_inputs,
+            isinstance(data, np.memmap),
         )
         if index["fatal"]:
             raise FormatError(index["fatal"], self._at(int(index["fatal_offset"])))
