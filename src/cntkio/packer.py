@@ -19,6 +19,17 @@ def expand_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.arange(total, dtype=np.int64) + shift
 
 
+class ShortStreamError(CNTKIOError):
+    """A stream has fewer samples than frame mode or truncated BPTT reads from a sequence.
+
+    ``unit`` is the index of the unit in the part; ``part`` the index of the part (set by :func:`pack`).
+    """
+
+    def __init__(self, unit: int, part: int = 0):
+        super().__init__(f"unit {unit} of part {part}: a stream is shorter than the sequence")
+        self.unit, self.part = unit, part
+
+
 def _sample_rows(
     data: StreamData, sequences: np.ndarray, offsets: np.ndarray | None, counts: np.ndarray | None
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -28,11 +39,9 @@ def _sample_rows(
     lengths = seq_offsets[sequences + 1] - starts
     if offsets is None or counts is None:
         return expand_ranges(starts, lengths), lengths
-    if np.any(offsets + counts > lengths):
-        raise CNTKIOError(
-            "frame mode and truncated BPTT need every stream of a sequence to have as many samples as the "
-            "sequence is long; a stream is shorter"
-        )
+    short = np.flatnonzero(offsets + counts > lengths)
+    if len(short):
+        raise ShortStreamError(int(short[0]))
     return expand_ranges(starts + offsets, counts), counts
 
 
@@ -85,7 +94,12 @@ def pack(
     ``row_lengths`` consecutive units fill output rows of those lengths (truncated BPTT) and
     ``starts`` flags the units that begin a sequence.
     """
-    gathered = [gather(*part) for part in parts]
+    gathered = []
+    for number, part in enumerate(parts):
+        try:
+            gathered.append(gather(*part))
+        except ShortStreamError as error:
+            raise ShortStreamError(error.unit, number) from None
     lengths = np.concatenate([g[3] for g in gathered])
     values = gathered[0][0] if len(gathered) == 1 else np.concatenate([g[0] for g in gathered])
     indices = indptr = None

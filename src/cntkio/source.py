@@ -18,9 +18,9 @@ from .bptt import BpttSlots, row_layout
 from .chunk_cache import ChunkCache
 from .data_slice import parse_slice
 from .deserializer import Deserializer
-from .errors import ConfigError
+from .errors import CNTKIOError, ConfigError
 from .minibatch import MinibatchData
-from .packer import Part, pack
+from .packer import Part, ShortStreamError, pack
 from .streams import Record, StreamInformation
 from .timeline import Randomization, SweepPlan, Timeline
 
@@ -258,8 +258,8 @@ class MinibatchSource:
         if self.truncation_length:
             return self._advance_bptt(minibatch_size, partitions, index)
         budget = max(1, minibatch_size // partitions + (index < minibatch_size % partitions))
-        units, end_of_sweep = self._select(budget, partitions, index)
-        return _Selection(units, end_of_sweep) if len(units) else None
+        units, sweep_ends = self._select(budget, partitions, index)
+        return _Selection(units, bool(sweep_ends)) if len(units) else None
 
     def _set_partitioning(self, partitions: int, index: int) -> None:
         """Starts a new partitioning layer when the partition count changes mid-sweep."""
@@ -280,12 +280,13 @@ class MinibatchSource:
             positions = positions[positions >= np.asarray(cursors, dtype=np.int64)[owners]]
         return positions
 
-    def _select(self, budget: int, partitions: int, index: int) -> tuple[np.ndarray, bool]:
-        """Advances the cursor over the timeline; returns the units taken and whether a sweep ended."""
+    def _select(self, budget: int, partitions: int, index: int) -> tuple[np.ndarray, list[int]]:
+        """Advances the cursor over the timeline; returns the units taken and, for each sweep that ended,
+        how many of them came before its end."""
         timeline = self._timeline
         taken: list[np.ndarray] = []
         total = 0
-        end_of_sweep = False
+        sweep_ends: list[int] = []
         idle_sweeps = 0
         while total < budget:
             plan = timeline.plan(self._sweep)
@@ -308,7 +309,7 @@ class MinibatchSource:
                 if stop < len(plan):
                     self._cursor = stop
                     continue
-                end_of_sweep = True
+                sweep_ends.append(sum(len(t) for t in taken))
                 self._layers.pop(self._sweep, None)
                 self._sweep, self._cursor = self._sweep + 1, 0
                 idle_sweeps = 0 if taken else idle_sweeps + 1
@@ -321,7 +322,7 @@ class MinibatchSource:
                 self._cursor = int(candidates[count - 1]) + 1
             break
         units = np.concatenate(taken) if taken else np.zeros(0, dtype=np.int64)
-        return units, end_of_sweep
+        return units, sweep_ends
 
     def _advance_bptt(self, minibatch_size: int, partitions: int, index: int) -> _Selection | None:
         """Truncated BPTT: every slot yields ``truncation_length`` steps, carrying sequences over."""
@@ -333,15 +334,12 @@ class MinibatchSource:
                 f"truncation_length={length}"
             )
         self._slots.resize(total_slots // partitions + (index < total_slots % partitions))
-        end_of_sweep = False
-        for slot in range(len(self._slots.slots)):
-            while self._slots.pending(slot) <= length:
-                units, ended = self._select(1, partitions, index)
-                end_of_sweep |= ended
-                if not len(units):
-                    break
-                for unit in units.tolist():
-                    self._slots.push(slot, unit, int(self._timeline.unit_length[unit]))
+
+        def fetch() -> tuple[np.ndarray, np.ndarray, list[int]]:
+            units, sweep_ends = self._select(minibatch_size, partitions, index)
+            return units, self._timeline.unit_length[units], sweep_ends
+
+        end_of_sweep = self._slots.fill(fetch)
         if self._slots.is_empty():
             return None
         units, offsets, counts, row_lengths, starts = row_layout(self._slots.cut())
@@ -374,7 +372,19 @@ class MinibatchSource:
                 )
                 for chunk_id, group in zip(unique.tolist(), groups)
             ]
-            result[info] = pack(info, parts, order, selection.end_of_sweep, selection.row_lengths, selection.starts)
+            try:
+                result[info] = pack(info, parts, order, selection.end_of_sweep, selection.row_lengths, selection.starts)
+            except ShortStreamError as error:
+                group = groups[error.part]
+                unit = int(units[group][error.unit])
+                (source, key), *_ = Provenance(self._deserializer, self._timeline, np.array([unit])).keys
+                sequence = int(self._timeline.unit_sequence[unit])
+                steps = int(self._deserializer.sequence_lengths()[sequence])
+                raise CNTKIOError(
+                    f"{source}: input '{info.alias or info.name}' of sequence {key[0] if self.frame_mode else key} "
+                    f"has fewer samples than the sequence's {steps} steps; frame mode and truncated BPTT need a "
+                    "sample of every stream at every step"
+                ) from None
         provenance = Provenance(self._deserializer, self._timeline, units)
         result.provenance = provenance
         for data in result.values():
@@ -454,7 +464,7 @@ class MinibatchSource:
             int(s): [(int(n), [int(c) for c in cursors]) for n, cursors in layers]
             for s, layers in dict(state.get("layers", {})).items()
         }
-        self._slots.restore(state.get("bptt_slots", []))
+        self._slots.restore(state.get("bptt_slots"))
         self._epoch_end = self._compute_epoch_end()
 
     def _restore_position(self, position: int) -> None:
@@ -464,7 +474,7 @@ class MinibatchSource:
         if self._cursor >= len(plan):
             self._sweep, self._cursor = self._sweep + 1, 0
         self._partitioning, self._layers = None, {}
-        self._slots.restore([])
+        self._slots.restore(None)
         self._epoch_end = self._compute_epoch_end()
 
     @staticmethod
