@@ -418,8 +418,14 @@ def test_views_of_sequences_without_samples(ctf):
 def test_frame_mode_needs_a_sample_per_frame_in_every_stream(ctf):
     source = ctf.source(make_text(), STREAMS, frame_mode=True)  # the label is on first lines only
     assert source.next_minibatch(2)["label"].num_samples == 2  # frames (0, 0) and (1, 0)
-    with pytest.raises(CNTKIOError, match="frame"):
+    with pytest.raises(CNTKIOError, match="input 'l' of sequence 1 has fewer samples than the sequence's 3 steps"):
         source.next_minibatch(1)  # frame (1, 1) has no label
+
+
+def test_truncated_bptt_names_the_short_stream(ctf):
+    source = ctf.source(make_text(), STREAMS, truncation_length=2)
+    with pytest.raises(CNTKIOError, match="input 'l' of sequence 2 has fewer samples than the sequence's 2 steps"):
+        source.next_minibatch(4)
 
 
 def test_dense_stream_has_no_csr(minibatch):
