@@ -44,6 +44,18 @@ def selected_cases() -> list[Case]:
     return [c for c in cases if c["kind"] == "ctf" and not c["rng_dependent"] and c["runnable_from_corpus"]]
 
 
+def cntk_random_order_cases() -> list[Case]:
+    """CTF cases whose control embodies CNTK's shuffle and that one CTF deserializer can reproduce."""
+    if not corpus_present():
+        return []
+    cases = json.loads((corpus_dir() / "cases.json").read_text(encoding="utf-8"))["cases"]
+    return [
+        c
+        for c in cases
+        if c["kind"] == "ctf" and c["rng_dependent"] and c["runnable_from_corpus"] and c.get("control_present")
+    ]
+
+
 def is_reader_case(case: Case) -> bool:
     """Cases run through CNTK's ``HelperRunReaderTest`` (config file, epochs, control file)."""
     return case["harness"] == "HelperRunReaderTest"

@@ -88,14 +88,16 @@ def make_deserializer(case: Case, *, compat: bool = False) -> CTFDeserializer:
     )
 
 
-def run_reader_case(case: Case, *, compat: bool = False) -> str:
+def run_reader_case(case: Case, *, compat: bool = False, cntk_random_order: bool = False) -> str:
     """The control-file text cntkio produces for a ``HelperRunReaderTest`` case.
 
     Every epoch gets a fresh source that starts at ``e*epoch_size`` (rounded up to the next sequence
     boundary, as CNTK's StartEpoch does) and stops at ``(e+1)*epoch_size``, so a minibatch never crosses
     an epoch boundary and a sequence that starts before the boundary is delivered whole.
-    ``randomize=False`` always: cases with ``randomize`` on but ``rng_dependent`` false hold a single
-    sequence or only identical ones (or fail before any order shows), so the order cannot matter.
+    ``randomize=False`` unless ``cntk_random_order``: cases with ``randomize`` on but ``rng_dependent``
+    false hold a single sequence or only identical ones (or fail before any order shows), so the order
+    cannot matter. ``cntk_random_order`` reads in CNTK's exact block-randomized order (``compat=True`` on
+    the source, CNTK's default window of 128 chunks and the case's seed), for the RNG-dependent cases.
     """
     params, config = case["params"], case["reader_config"]
     deserializer = make_deserializer(case, compat=compat)
@@ -109,7 +111,9 @@ def run_reader_case(case: Case, *, compat: bool = False) -> str:
         source = MinibatchSource(
             deserializer,
             max_samples=(epoch + 1) * epoch_size,
-            randomize=False,
+            randomize=cntk_random_order,
+            compat=cntk_random_order,
+            randomization_seed=config["randomizationSeed"],
             trace_level=config["traceLevel"],
             frame_mode=config["frameMode"],
             prefetch=False,

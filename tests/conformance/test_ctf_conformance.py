@@ -24,6 +24,7 @@ from .corpus import (
     is_ci,
     is_generated_input_case,
     is_reader_case,
+    cntk_random_order_cases,
     missing_corpus_message,
     selected_cases,
 )
@@ -43,6 +44,7 @@ CASES = selected_cases()
 READER_CASES = [c for c in CASES if is_reader_case(c)]
 GENERATED_INPUT_CASES = [c for c in CASES if is_generated_input_case(c)]
 INVALID_INPUTS_CASES = [c for c in CASES if c["name"] == INVALID_INPUTS]
+RANDOM_ORDER_CASES = cntk_random_order_cases()
 
 
 def _params(cases: list[Case]) -> list[Any]:
@@ -123,6 +125,13 @@ def test_reader_case(case: Case) -> None:
     assert run_reader_case(case).split() == divergence.fixed_output.split()
     if divergence.compat_reproduces_cntk:
         _assert_reader_case_reproduced(case, compat=True)
+
+
+@pytest.mark.ctf_case
+@pytest.mark.parametrize("case", _params(RANDOM_ORDER_CASES))
+def test_cntk_random_order_case(case: Case) -> None:
+    """RNG-dependent cases: with compat=True the source reproduces CNTK's block-randomized order."""
+    assert run_reader_case(case, cntk_random_order=True).split() == control_text(case).split()
 
 
 @pytest.mark.ctf_case
