@@ -18,13 +18,13 @@ from cntkio import CNTKIOError, CTFDeserializer, MaxErrorsExceeded
 
 from .corpus import (
     Case,
+    cntk_random_order_cases,
     control_text,
     corpus_dir,
     corpus_present,
     is_ci,
     is_generated_input_case,
     is_reader_case,
-    cntk_random_order_cases,
     missing_corpus_message,
     selected_cases,
 )
