@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse
 
+from .arrays import exclusive_cumsum
 from .streams import StreamInformation
 
-
-def _exclusive_cumsum(lengths: np.ndarray) -> np.ndarray:
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    return offsets
+if TYPE_CHECKING:
+    from .deserializer import Deserializer
+    from .timeline import Timeline
 
 
 class MinibatchData:
@@ -88,7 +87,7 @@ class MinibatchData:
     @cached_property
     def sequence_offsets(self) -> np.ndarray:
         """Offsets of each sequence's first sample in the flat buffers (length num_sequences + 1)."""
-        return _exclusive_cumsum(self.sequence_lengths)
+        return exclusive_cumsum(self.sequence_lengths)
 
     # --- views ----------------------------------------------------------------------------------
     @property
@@ -157,3 +156,41 @@ class MinibatchData:
             f"MinibatchData({self.info.name!r}, {kind}, sequences={self.num_sequences}, "
             f"samples={self.num_samples}, shape={self.shape}, end_of_sweep={self.end_of_sweep})"
         )
+
+
+class Provenance:
+    """Where the units of a minibatch come from: ``keys`` lists ``(source, sequence key)`` per unit
+    (``(source, (key, frame))`` in frame mode), computed when first asked for."""
+
+    def __init__(self, deserializer: Deserializer, timeline: Timeline, units: np.ndarray):
+        self._deserializer, self._timeline, self.units = deserializer, timeline, units
+
+    @cached_property
+    def keys(self) -> list[tuple[str, Any]]:
+        source = self._deserializer.source_name
+        keys = self._deserializer.sequence_keys(self._timeline.unit_sequence[self.units])
+        frames = self._timeline.unit_frame
+        if frames is not None:
+            return [(source, (key, frame)) for key, frame in zip(keys, frames[self.units].tolist())]
+        return [(source, key) for key in keys]
+
+
+class Minibatch(dict):  # type: ignore[type-arg]
+    """``{StreamInformation: MinibatchData}`` that can also be indexed by stream name.
+
+    ``sequence_keys`` lists the provenance ``(source, sequence key)`` of each sequence, in row order (for
+    truncated BPTT: of each piece of a row, in order).
+    """
+
+    provenance: Provenance
+
+    @property
+    def sequence_keys(self) -> list[tuple[str, Any]]:
+        return self.provenance.keys
+
+    def __missing__(self, key: Any) -> MinibatchData:
+        if isinstance(key, str):
+            for info, data in self.items():
+                if isinstance(info, StreamInformation) and info.name == key:
+                    return data
+        raise KeyError(key)

@@ -4,19 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from .arrays import exclusive_cumsum, expand_ranges
 from .deserializer import DenseStream, StreamData
 from .errors import CNTKIOError
-from .minibatch import MinibatchData, _exclusive_cumsum
+from .minibatch import MinibatchData
 from .streams import StreamInformation
-
-
-def expand_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Concatenation of ``arange(s, s + n)`` for every (s, n), without a Python loop."""
-    total = int(lengths.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    shift = np.repeat(starts - _exclusive_cumsum(lengths)[:-1], lengths)
-    return np.arange(total, dtype=np.int64) + shift
 
 
 class ShortStreamError(CNTKIOError):
@@ -73,7 +65,7 @@ def gather(
     row_starts = data.indptr[rows]
     nnz = data.indptr[rows + 1] - row_starts
     entries = expand_ranges(row_starts, nnz)
-    return data.values[entries], data.indices[entries], _exclusive_cumsum(nnz), lengths
+    return data.values[entries], data.indices[entries], exclusive_cumsum(nnz), lengths
 
 
 Part = tuple[StreamData, np.ndarray, "np.ndarray | None", "np.ndarray | None"]
@@ -107,17 +99,17 @@ def pack(
         indices = np.concatenate([g[1] for g in gathered if g[1] is not None])
         nnz = np.concatenate([np.diff(g[2]) for g in gathered if g[2] is not None])
         if order is not None:
-            sample_rows = expand_ranges(_exclusive_cumsum(lengths)[:-1][order], lengths[order])
-            entries = expand_ranges(_exclusive_cumsum(nnz)[:-1][sample_rows], nnz[sample_rows])
+            sample_rows = expand_ranges(exclusive_cumsum(lengths)[:-1][order], lengths[order])
+            entries = expand_ranges(exclusive_cumsum(nnz)[:-1][sample_rows], nnz[sample_rows])
             values, indices, nnz, lengths = values[entries], indices[entries], nnz[sample_rows], lengths[order]
-        indptr = _exclusive_cumsum(nnz)
+        indptr = exclusive_cumsum(nnz)
     elif order is not None:
-        sample_rows = expand_ranges(_exclusive_cumsum(lengths)[:-1][order], lengths[order])
+        sample_rows = expand_ranges(exclusive_cumsum(lengths)[:-1][order], lengths[order])
         values, lengths = values[sample_rows], lengths[order]
     sample_starts = None
     if row_lengths is not None:
         assert starts is not None
         sample_starts = np.zeros(int(lengths.sum()), dtype=bool)
-        sample_starts[_exclusive_cumsum(lengths)[:-1][starts & (lengths > 0)]] = True
+        sample_starts[exclusive_cumsum(lengths)[:-1][starts & (lengths > 0)]] = True
         lengths = row_lengths
     return MinibatchData(info, values, lengths, end_of_sweep, indices=indices, indptr=indptr, starts=sample_starts)

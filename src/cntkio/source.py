@@ -9,17 +9,17 @@ import math
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
 
 import numpy as np
 
 from .bptt import BpttSlots, row_layout
+from .checkpoint import CHECKPOINT_VERSION, merge_checkpoints
 from .chunk_cache import ChunkCache
 from .data_slice import parse_slice
 from .deserializer import Deserializer
 from .errors import CNTKIOError, ConfigError
-from .minibatch import MinibatchData
+from .minibatch import Minibatch, MinibatchData, Provenance
 from .packer import Part, ShortStreamError, pack
 from .streams import Record, StreamInformation
 from .timeline import Randomization, SweepPlan, Timeline
@@ -27,8 +27,6 @@ from .timeline import Randomization, SweepPlan, Timeline
 INFINITELY_REPEAT = 2**64 - 1
 FULL_DATA_SWEEP = 2**64 - 2
 DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS = 128
-CHECKPOINT_VERSION = 1
-_ALL = 2**62  # a cursor past every position: the partition consumed its whole share of the sweep
 
 
 class TraceLevel(enum.IntEnum):
@@ -47,44 +45,6 @@ class _Selection:
     counts: np.ndarray | None = None
     row_lengths: np.ndarray | None = None
     starts: np.ndarray | None = None
-
-
-class Provenance:
-    """Where the units of a minibatch come from: ``keys`` lists ``(source, sequence key)`` per unit
-    (``(source, (key, frame))`` in frame mode), computed when first asked for."""
-
-    def __init__(self, deserializer: Deserializer, timeline: Timeline, units: np.ndarray):
-        self._deserializer, self._timeline, self.units = deserializer, timeline, units
-
-    @cached_property
-    def keys(self) -> list[tuple[str, Any]]:
-        source = self._deserializer.source_name
-        keys = self._deserializer.sequence_keys(self._timeline.unit_sequence[self.units])
-        frames = self._timeline.unit_frame
-        if frames is not None:
-            return [(source, (key, frame)) for key, frame in zip(keys, frames[self.units].tolist())]
-        return [(source, key) for key in keys]
-
-
-class Minibatch(dict):  # type: ignore[type-arg]
-    """``{StreamInformation: MinibatchData}`` that can also be indexed by stream name.
-
-    ``sequence_keys`` lists the provenance ``(source, sequence key)`` of each sequence, in row order (for
-    truncated BPTT: of each piece of a row, in order).
-    """
-
-    provenance: Provenance
-
-    @property
-    def sequence_keys(self) -> list[tuple[str, Any]]:
-        return self.provenance.keys
-
-    def __missing__(self, key: Any) -> MinibatchData:
-        if isinstance(key, str):
-            for info, data in self.items():
-                if isinstance(info, StreamInformation) and info.name == key:
-                    return data
-        raise KeyError(key)
 
 
 def _is_unbounded(value: Any) -> bool:
@@ -477,51 +437,7 @@ class MinibatchSource:
         self._slots.restore(None)
         self._epoch_end = self._compute_epoch_end()
 
-    @staticmethod
-    def merge_checkpoints(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        """Combines the states of all k partitions into one that restores with any partition count.
-
-        The sequences the k partitions had not read yet are then shared by the new partitions. A state
-        taken before its partition read anything carries no partition index: such states fill the
-        missing indices in the order given.
-        """
-        if not states:
-            raise ValueError("no checkpoint states to merge")
-        count = len(states)
-        placed: dict[int, Mapping[str, Any]] = {}
-        unplaced = []
-        for state in states:
-            partitioning = state.get("partitioning")
-            if partitioning is None:
-                unplaced.append(state)  # has not read since it was created or restored
-            elif int(partitioning[0]) != count or int(partitioning[1]) in placed:
-                raise ValueError("merge_checkpoints needs the state of every partition of one partitioning")
-            else:
-                placed[int(partitioning[1])] = state
-        free = [index for index in range(count) if index not in placed]
-        placed.update(zip(free, unplaced))
-        if any(s.get("bptt_slots") for s in states):
-            raise ValueError("truncated BPTT states carry sequences in flight and cannot be merged")
-        ordered = [placed[index] for index in range(count)]
-        first_sweep = min(int(s["sweep"]) for s in ordered)
-        last_sweep = max(int(s["sweep"]) for s in ordered)
-        layers: dict[str, list[list[Any]]] = {}
-        for sweep in range(first_sweep, last_sweep + 1):
-            inherited = ordered[0].get("layers", {}).get(str(sweep), [])
-            cursors = [
-                int(s["cursor"]) if int(s["sweep"]) == sweep else (_ALL if int(s["sweep"]) > sweep else 0)
-                for s in ordered
-            ]
-            layers[str(sweep)] = [*inherited, [count, cursors]]
-        return {
-            "version": CHECKPOINT_VERSION,
-            "minibatchSourcePosition": min(int(s["minibatchSourcePosition"]) for s in ordered),
-            "sweep": first_sweep,
-            "cursor": 0,
-            "partitioning": None,
-            "layers": layers,
-            "fingerprint": ordered[0].get("fingerprint"),
-        }
+    merge_checkpoints = staticmethod(merge_checkpoints)
 
     @property
     def current_position(self) -> dict[str, Any]:

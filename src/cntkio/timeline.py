@@ -20,7 +20,7 @@ from functools import cached_property
 import numpy as np
 
 from . import _native
-from .minibatch import _exclusive_cumsum
+from .arrays import exclusive_cumsum
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class Timeline:
         sequence_range: tuple[int, int] | None = None,
     ):
         lengths = np.asarray(sequence_lengths, dtype=np.int64)
-        self.chunk_bounds = _exclusive_cumsum(np.asarray(chunk_sequence_counts, dtype=np.int64))
+        self.chunk_bounds = exclusive_cumsum(np.asarray(chunk_sequence_counts, dtype=np.int64))
         first, stop = sequence_range if sequence_range is not None else (0, len(lengths))
         sequences = np.arange(first, stop, dtype=np.int64)
         self.frame_mode = frame_mode
@@ -81,7 +81,7 @@ class Timeline:
             per_sequence = lengths[sequences]
             self.unit_sequence = np.repeat(sequences, per_sequence)
             self.unit_frame: np.ndarray | None = np.arange(len(self.unit_sequence), dtype=np.int64) - np.repeat(
-                _exclusive_cumsum(per_sequence)[:-1], per_sequence
+                exclusive_cumsum(per_sequence)[:-1], per_sequence
             )
             self.unit_length = np.ones(len(self.unit_sequence), dtype=np.int64)
         else:
@@ -113,7 +113,7 @@ class Timeline:
             units, chunk_rank = self._order(sweep)
             lengths = self.unit_length[units]
             plan = SweepPlan(
-                sweep, units, lengths, _exclusive_cumsum(lengths), self.unit_active_chunk[units], chunk_rank
+                sweep, units, lengths, exclusive_cumsum(lengths), self.unit_active_chunk[units], chunk_rank
             )
             self._plans[sweep] = plan
             while len(self._plans) > 2:
@@ -138,7 +138,7 @@ class Timeline:
         chunk_order = rng.permutation(count)
         rank = np.empty(count, dtype=np.int64)
         rank[chunk_order] = np.arange(count, dtype=np.int64)
-        chunk_start = _exclusive_cumsum(self.samples_per_chunk[chunk_order])[:-1][rank] if r.sample_window else rank
+        chunk_start = exclusive_cumsum(self.samples_per_chunk[chunk_order])[:-1][rank] if r.sample_window else rank
         keys = chunk_start[self.unit_active_chunk] + max(r.window, 1) * rng.random(self.num_units)
         return np.argsort(keys, kind="stable").astype(np.int64), rank
 

@@ -25,8 +25,8 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
-from .minibatch import MinibatchData
-from .source import Minibatch, MinibatchSource
+from .minibatch import Minibatch, MinibatchData
+from .source import MinibatchSource
 
 
 @dataclass
