@@ -14,7 +14,9 @@ from cntkio import (
     FULL_DATA_SWEEP,
     INFINITELY_REPEAT,
     CNTKIOError,
+    CTFDeserializer,
     MinibatchData,
+    StreamConfiguration,
     StreamDef,
     StreamDefs,
     StreamInformation,
@@ -559,3 +561,11 @@ def test_minibatches_follow_the_spec_model(ctf_session, lengths, sizes, workers,
         minibatch = source.next_minibatch(size, num_data_partitions=workers, partition_index=rank)
         got.append((keys_of(minibatch), minibatch["x"].end_of_sweep) if minibatch else None)
     assert got == model(lengths, sizes, workers, rank, epoch_end)
+
+
+def test_legacy_stream_configurations(ctf):
+    path = ctf.write("|features 1 2 |labels 0:1\n|features 3 4 |labels 1:1\n")
+    streams = [StreamConfiguration("x", 2, stream_alias="features"), StreamConfiguration("labels", 2, True)]
+    data = CTFDeserializer(path, streams).get_chunk(0)
+    assert data["x"].values.tolist() == [[1, 2], [3, 4]]
+    assert data["labels"].indices.tolist() == [0, 1]

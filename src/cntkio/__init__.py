@@ -14,7 +14,7 @@ from .source import (
     MinibatchSource,
     TraceLevel,
 )
-from .streams import Record, StreamDef, StreamDefs, StreamInformation
+from .streams import Record, StreamConfiguration, StreamDef, StreamDefs, StreamInformation
 from .writer import sequence_to_cntk_text_format
 
 __version__ = "0.1.0"
@@ -36,6 +36,7 @@ __all__ = [
     "MinibatchSource",
     "Record",
     "SparseStream",
+    "StreamConfiguration",
     "StreamDef",
     "StreamDefs",
     "StreamInformation",

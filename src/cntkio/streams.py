@@ -100,8 +100,30 @@ class StreamInformation:
         return f"StreamInformation({self.name!r}, {self.storage_format}, shape={self.shape}, dtype={self.dtype})"
 
 
+@dataclass(frozen=True)
+class StreamConfiguration:
+    """Legacy stream description of ``cntk.io`` (CTF): name, dimension, sparsity, alias."""
+
+    name: str
+    dim: int
+    is_sparse: bool = False
+    stream_alias: str = ""
+    defines_mb_size: bool = False
+
+    def to_stream_def(self) -> StreamDef:
+        return StreamDef(
+            field=self.stream_alias or self.name,
+            shape=self.dim,
+            is_sparse=self.is_sparse,
+            defines_mb_size=self.defines_mb_size,
+        )
+
+
 def iter_stream_defs(streams: Any) -> Iterator[tuple[str, StreamDef]]:
-    """Yields (name, StreamDef) from a StreamDefs record or any mapping of names to StreamDef."""
+    """Yields (name, StreamDef) from a StreamDefs record, a mapping of names to StreamDef, or a list of
+    legacy StreamConfiguration."""
+    if isinstance(streams, (list, tuple)) and all(isinstance(s, StreamConfiguration) for s in streams):
+        streams = {s.name: s.to_stream_def() for s in streams}
     if not hasattr(streams, "items"):
         raise ConfigError("streams must be StreamDefs(name=StreamDef(...), ...) or a dict of StreamDef")
     for name, definition in streams.items():
