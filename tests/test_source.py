@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 import pytest
@@ -569,3 +570,23 @@ def test_legacy_stream_configurations(ctf):
     data = CTFDeserializer(path, streams).get_chunk(0)
     assert data["x"].values.tolist() == [[1, 2], [3, 4]]
     assert data["labels"].indices.tolist() == [0, 1]
+
+
+def test_epochs_run_on_along_the_endless_timeline(ctf):
+    streams = StreamDefs(x=StreamDef(field="x", shape=2))
+    text = "".join(f"|x {k} 0\n" for k in range(10))
+
+    def epoch_keys(epoch: int, **options: Any) -> list[int]:
+        source = ctf.source(text, streams, max_sweeps=1, **options)
+        source.start_epoch(epoch)
+        keys = []
+        while minibatch := source.next_minibatch(3):
+            keys += [key for _, key in minibatch.sequence_keys]
+        return keys
+
+    assert epoch_keys(0) == epoch_keys(1) == list(range(10))  # file order: every sweep alike
+    endless = ctf.source(text, streams, randomize=True, randomization_window_in_chunks=1)
+    stream = [key for _ in range(7) for _, key in endless.next_minibatch(3).sequence_keys]
+    first, second = epoch_keys(0, randomize=True), epoch_keys(1, randomize=True)
+    assert sorted(first) == sorted(second) == list(range(10)) and first != second
+    assert first + second == stream[:20]  # epoch 1 is the second sweep of the endless stream

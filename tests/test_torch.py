@@ -275,3 +275,17 @@ def test_distributed_kill_and_resume(data: tuple[str, dict[int, Any]], tmp_path:
     elastic = launch(tmp_path / "resume2", path, 2, num_workers=2, resume=[merged, merged])
     assert all(rank["keys"] for rank in elastic)
     exactly_once(before + [key for rank in elastic for key in rank["keys"]], expected)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_set_epoch_reads_the_next_sweep(data: tuple[str, dict[int, Any]], num_workers: int) -> None:
+    path, expected = data
+    two_sweeps = run_loader(MinibatchDataset(functools.partial(worker.make_source, path, max_sweeps=2), 16), 0)
+    stream = [key for batch in two_sweeps for _, key in batch.keys]
+    dataset = MinibatchDataset(functools.partial(worker.make_source, path), 16)
+    epochs = []
+    for epoch in range(2):
+        dataset.set_epoch(epoch)
+        epochs.append([key for batch in run_loader(dataset, num_workers) for _, key in batch.keys])
+    assert sorted(epochs[0]) == sorted(epochs[1]) == sorted(expected) and epochs[0] != epochs[1]
+    assert epochs[0] + epochs[1] == stream

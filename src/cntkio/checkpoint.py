@@ -58,4 +58,5 @@ def merge_checkpoints(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "partitioning": None,
         "layers": layers,
         "fingerprint": ordered[0].get("fingerprint"),
+        "epoch": int(ordered[0].get("epoch", 0)),
     }

@@ -120,6 +120,7 @@ class MinibatchSource:
         if self._timeline.sweep_size == 0:
             raise ConfigError("the data has no samples")
         self.max_samples, self.max_sweeps = max_samples, max_sweeps
+        self._epoch = 0
         self._epoch_end = self._compute_epoch_end()
         threads = num_parse_threads if num_parse_threads is not None else min(2, os.cpu_count() or 1)
         self._cache = ChunkCache(self._deserializer, threads if prefetch else 0)
@@ -129,7 +130,9 @@ class MinibatchSource:
         self._layers: dict[int, list[tuple[int, list[int]]]] = {}
         self._slots = BpttSlots(self.truncation_length)
 
-    def _compute_epoch_end(self) -> float:
+    @property
+    def epoch_size(self) -> float:
+        """Samples in one epoch: ``max_samples``, or ``max_sweeps`` sweeps (``inf`` when infinite)."""
         size = self._timeline.sweep_size
         if not _is_unbounded(self.max_sweeps):
             return int(self.max_sweeps) * size
@@ -140,6 +143,18 @@ class MinibatchSource:
         if int(self.max_samples) < 0:
             raise ConfigError(f"max_samples must be >= 0, got {self.max_samples}")
         return int(self.max_samples)
+
+    def _compute_epoch_end(self) -> float:
+        return (self._epoch + 1) * self.epoch_size
+
+    def start_epoch(self, epoch: int) -> None:
+        """Moves to the start of epoch ``epoch`` of the endless timeline (BrainScript's epochs): it covers
+        samples ``[epoch * epoch_size, (epoch + 1) * epoch_size)``, so later epochs read later, reshuffled
+        sweeps. Epoch 0 is where a new source starts."""
+        if self.is_infinite():
+            raise ValueError("an infinite source has no epochs; set max_samples or max_sweeps")
+        self._epoch = int(epoch)
+        self._restore_position(int(self._epoch * self.epoch_size))
 
     # --- streams ---------------------------------------------------------------------------------
     def stream_infos(self) -> list[StreamInformation]:
@@ -402,6 +417,7 @@ class MinibatchSource:
             "partitioning": list(self._partitioning) if self._partitioning else None,
             "layers": {str(s): [[n, list(c)] for n, c in layers] for s, layers in self._layers.items()},
             "fingerprint": self._fingerprint(),
+            "epoch": self._epoch,
         }
         if self.truncation_length:
             state["bptt_slots"] = self._slots.state()
@@ -425,6 +441,7 @@ class MinibatchSource:
             for s, layers in dict(state.get("layers", {})).items()
         }
         self._slots.restore(state.get("bptt_slots"))
+        self._epoch = int(state.get("epoch", 0))
         self._epoch_end = self._compute_epoch_end()
 
     def _restore_position(self, position: int) -> None:

@@ -125,6 +125,13 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
         self.layout = layout
         self._resume: dict[str, Any] | None = None
         self._last_state: dict[str, Any] | None = None
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """The next iteration reads epoch ``epoch`` of a finite source (see ``MinibatchSource.start_epoch``):
+        later epochs read later sweeps, each in its own order. Call it before each epoch, in the parent
+        process, like ``DistributedSampler.set_epoch``."""
+        self.epoch = int(epoch)
 
     def _partition(self) -> tuple[int, int]:
         if self.num_partitions is not None:
@@ -138,6 +145,8 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
         source = self.make_source()
         index = base = 0
         resume, self._resume = self._resume, None  # a loaded state applies to the next iteration only
+        if resume is None and self.epoch and not source.is_infinite():
+            source.start_epoch(self.epoch)
         if resume is not None:
             source.restore_from_checkpoint(resume["source"])
             index = int(resume["minibatch_index"])
