@@ -31,7 +31,7 @@ class Parser {
   // Every row of every sequence ends with '\n' inside the buffer (the caller guarantees a final
   // '\n'), so the scanning loops below stop at it without checking bounds.
   ParseResult<T> run(const int64_t* starts, const int64_t* ends, int64_t n) {
-    if (n > 0) reserve(starts[0], ends[n - 1], n);
+    reserve(starts, ends, n);
     for (sequence_ = 0; sequence_ < n; ++sequence_) {
       const char* p = data_ + starts[sequence_];
       const char* end = data_ + ends[sequence_];
@@ -44,12 +44,14 @@ class Parser {
  private:
   // Reserves the output buffers once (untouched reserved pages cost no memory), so they are neither
   // copied while growing nor faulted in 4 KiB at a time.
-  void reserve(int64_t begin, int64_t end, int64_t sequences) {
-    const int64_t bytes = end - begin;
-    int64_t rows = 1;
-    for (const char* p = data_ + begin; (p = static_cast<const char*>(std::memchr(p, '\n', data_ + end - p)));
-         ++p) {
-      ++rows;
+  void reserve(const int64_t* starts, const int64_t* ends, int64_t sequences) {
+    int64_t bytes = 0, rows = 1;
+    for (int64_t i = 0; i < sequences; ++i) {
+      bytes += ends[i] - starts[i];
+      const char* end = data_ + ends[i];
+      for (const char* p = data_ + starts[i]; (p = static_cast<const char*>(std::memchr(p, '\n', end - p))); ++p) {
+        ++rows;
+      }
     }
     for (size_t i = 0; i < result_.streams.size(); ++i) {
       StreamBuffers<T>& buffers = result_.streams[i];
