@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -44,7 +44,6 @@ class TorchMinibatch:
     state: dict[str, Any]
     end_of_sweep: bool
     index: int = 0
-    extras: dict[str, Any] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> torch.Tensor:
         return self.tensors[name]
