@@ -76,11 +76,17 @@ class CTFFiles:
         self.directory = directory
         self._names = itertools.count()
         self._sources: list[MinibatchSource] = []
+        self._written: dict[bytes, Path] = {}
 
     def write(self, content: str | bytes) -> Path:
-        """Writes ``content`` (str as UTF-8, bytes as they are) to a new file; returns its path."""
-        path = self.directory / f"data{next(self._names)}.ctf"
-        path.write_bytes(content.encode("utf-8") if isinstance(content, str) else content)
+        """Writes ``content`` (str as UTF-8, bytes as they are) to a new file; returns its path. The same
+        content gets the same file, so that checkpoints (whose fingerprint names the file) carry over."""
+        data = content.encode("utf-8") if isinstance(content, str) else content
+        path = self._written.get(data)
+        if path is None or not path.exists() or path.read_bytes() != data:
+            path = self.directory / f"data{next(self._names)}.ctf"
+            path.write_bytes(data)
+            self._written[data] = path
         return path
 
     def deserializer(self, content: str | bytes, streams: Any, **options: Any) -> CTFDeserializer:

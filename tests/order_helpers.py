@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from cntkio import CTFDeserializer, Deserializer, MinibatchSource, StreamDef, StreamDefs
-from cntkio.deserializer import ChunkIndex, StreamData
+from cntkio.deserializer import ChunkIndex, SequenceIndex, StreamData
 from cntkio.streams import StreamInformation
 
 # x (dense, 2): [sequence id, step]; y (sparse, 7): two entries per sample that also depend on both.
@@ -202,14 +202,11 @@ class CountingDeserializer(Deserializer):
             self.calls.append(chunk_id)
         return self.inner.get_chunk(chunk_id)
 
-    def sequence_lengths(self) -> np.ndarray:
-        return self.inner.sequence_lengths()
+    def sequence_index(self) -> SequenceIndex:
+        return self.inner.sequence_index()
 
-    def chunk_sequence_counts(self) -> np.ndarray:
-        return self.inner.chunk_sequence_counts()
-
-    def sequence_keys(self, sequence_ids: np.ndarray) -> list[Any]:
-        return self.inner.sequence_keys(sequence_ids)
+    def fingerprint(self) -> list[Any]:
+        return self.inner.fingerprint()
 
 
 def check_values(minibatch: Any, frame_mode: bool = False) -> None:

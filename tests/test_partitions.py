@@ -140,13 +140,13 @@ def test_randomized_partition_parses_only_its_chunks_once(sources, directory, ra
     for index in range(3):
         counting = CountingDeserializer(CTFDeserializer(data.path, STREAMS, chunk_size_in_bytes=2000))
         if not chunk_of:
-            chunk_of = {key: c for c in range(counting.num_chunks()) for key in counting.chunk_index(c).keys.tolist()}
+            chunk_of = {key: c for c in range(counting.num_chunks()) for key in list(counting.chunk_index(c).keys)}
         source = sources.open(counting, **RANDOMIZATIONS[randomization], max_sweeps=1, prefetch=False)
         keys: list[Any] = []
         most = 0
         while minibatch := source.next_minibatch(48, num_data_partitions=3, partition_index=index):
             keys += keys_of(minibatch)
-            most = max(most, len(source._cache))
+            most = max(most, source.cached_chunks)
         assert sorted(counting.calls) == sorted({chunk_of[key] for key in keys})
         assert most <= 3 + 2  # window 3 chunks
 

@@ -1,24 +1,28 @@
 """Type stub of the native extension (src/native/module.cpp)."""
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+class ShortRead(EOFError): ...
+
 def ctf_index(
-    data: np.ndarray,
-    begin: int,
-    first_line: int,
-    mode: int,
+    fd: int,
+    size: int,
+    force_line_mode: bool,
     aliases: list[tuple[str, bool, int]],
     defining_stream: int,
     count_lines: bool,
     keep_empty_lines: bool,
     require_all_inputs: bool,
-    release_mapped_pages: bool = False,
+    chunk_size: int,
 ) -> dict[str, Any]: ...
 def ctf_parse(
-    data: np.ndarray,
-    base: int,
+    fd: int,
+    start: int,
+    end: int,
+    first_line: int,
     starts: np.ndarray,
     ends: np.ndarray,
     mode: int,
@@ -26,7 +30,24 @@ def ctf_parse(
     double_precision: bool,
     sort_sparse: bool,
 ) -> tuple[list[tuple[np.ndarray, ...]], dict[str, np.ndarray], dict[str, int]]: ...
-def ctf_chunk_starts(offsets: np.ndarray, ends: np.ndarray, limit: int) -> np.ndarray: ...
 def compat_block_order(
     units_per_chunk: list[int], samples_per_chunk: list[int], window: int, sample_window: bool, seed: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]: ...
+
+class ChunkSlots:
+    def __init__(self, layout: Sequence[tuple[bool, int, str, int]], count: int) -> None: ...
+    def load(
+        self,
+        index: int,
+        columns: list[tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]],
+        sequences: int,
+        bad: np.ndarray | None,
+        row0: int,
+        frame_starts: np.ndarray | None,
+    ) -> None: ...
+    def clear(self, index: int) -> None: ...
+    def loaded(self, index: int) -> bool: ...
+    def __len__(self) -> int: ...
+    def gather(
+        self, chunk: np.ndarray, unit: np.ndarray, offset: np.ndarray | None, count: np.ndarray | None, kind: int
+    ) -> tuple[Any, Any, Any]: ...

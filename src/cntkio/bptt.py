@@ -104,11 +104,11 @@ class BpttSlots:
         self.waiting = deque([list(map(int, w)) for w in state["waiting"]])
 
 
-def row_layout(rows: list[list[Piece]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Flattens rows of pieces: (units, offsets, counts, row lengths, piece-starts-a-sequence flags)."""
-    pieces = [piece for row in rows for piece in row]
-    units = np.array([p.unit for p in pieces], dtype=np.int64)
-    offsets = np.array([p.offset for p in pieces], dtype=np.int64)
-    counts = np.array([p.count for p in pieces], dtype=np.int64)
-    row_lengths = np.array([sum(p.count for p in row) for row in rows], dtype=np.int64)
-    return units, offsets, counts, row_lengths, offsets == 0
+def row_layout(rows: list[list[Piece]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Flattens rows of pieces: (units, offsets, counts, row of each piece)."""
+    pieces = [(piece, number) for number, row in enumerate(rows) for piece in row]
+    units = np.array([p.unit for p, _ in pieces], dtype=np.int64)
+    offsets = np.array([p.offset for p, _ in pieces], dtype=np.int64)
+    counts = np.array([p.count for p, _ in pieces], dtype=np.int64)
+    row_of = np.array([n for _, n in pieces], dtype=np.int64)
+    return units, offsets, counts, row_of

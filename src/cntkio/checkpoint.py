@@ -1,9 +1,12 @@
-"""Checkpoint states of a MinibatchSource: format constants and merging the states of all partitions.
+"""Checkpoint states of a MinibatchSource: the versioned format, its validation, and merging the states
+of all partitions for an elastic resume.
 
-A state is a small JSON-serialisable dict: ``version``, CNTK's ``minibatchSourcePosition``, the sweep and
-cursor of the partition, its ``partitioning`` (count, index), the ``layers`` of earlier partitionings of
-the current sweeps (their per-partition cursors: what they consumed), a ``fingerprint`` of the data and
-configuration, and, for truncated BPTT, the sequences in flight (``bptt_slots``).
+A state is a small JSON-serialisable dict: ``version``, CNTK's ``minibatchSourcePosition``, a
+``fingerprint`` of the data (files, sizes, modification times) and of the configuration that decides
+the order, the ``epoch``, the ``cursor`` (sweep, block, positions, partitioning and the *layers* of
+earlier partitionings: what each earlier partition had read) and, for truncated BPTT, the sequences in
+flight (``bptt_slots``). Anything else, or anything out of range, is rejected with a ``ConfigError`` (a ``ValueError``)
+before it can make the source read other data.
 """
 
 from __future__ import annotations
@@ -11,8 +14,133 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-CHECKPOINT_VERSION = 1
-ALL_CONSUMED = 2**62  # a cursor past every position: the partition consumed its whole share of the sweep
+from .cursor import ALL_CONSUMED
+from .errors import ConfigError
+
+CHECKPOINT_VERSION = 2
+
+
+def _integer(value: Any, what: str, low: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"checkpoint: {what} must be an integer, got {value!r}")
+    if value < low:
+        raise ConfigError(f"checkpoint: {what} must be >= {low}, got {value}")
+    return value
+
+
+def _mapping(value: Any, what: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"checkpoint: {what} must be a dict, got {type(value).__name__}")
+    return value
+
+
+def _partitioning(value: Any) -> list[int] | None:
+    if value is None:
+        return None
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise ConfigError(f"checkpoint: partitioning must be [count, index] or None, got {value!r}")
+    count = _integer(value[0], "partition count", 1)
+    index = _integer(value[1], "partition index")
+    if index >= count:
+        raise ConfigError(f"checkpoint: partition index {index} is not below the partition count {count}")
+    return [count, index]
+
+
+def _layers(value: Any) -> dict[str, list[list[Any]]]:
+    layers: dict[str, list[list[Any]]] = {}
+    for sweep, entries in _mapping(value, "layers").items():
+        if not isinstance(sweep, str) or not sweep.isdigit():
+            raise ConfigError(f"checkpoint: layer sweeps must be non-negative integers as text, got {sweep!r}")
+        if not isinstance(entries, (list, tuple)):
+            raise ConfigError("checkpoint: the layers of a sweep must be a list")
+        checked = []
+        for entry in entries:
+            if not isinstance(entry, (list, tuple)) or len(entry) != 2 or not isinstance(entry[1], (list, tuple)):
+                raise ConfigError(f"checkpoint: a layer must be [count, cursors], got {entry!r}")
+            count = _integer(entry[0], "layer partition count", 1)
+            cursors = [_integer(c, "layer cursor") for c in entry[1]]
+            if len(cursors) != count:
+                raise ConfigError(f"checkpoint: a layer of {count} partitions lists {len(cursors)} cursors")
+            checked.append([count, cursors])
+        layers[str(int(sweep))] = checked
+    return layers
+
+
+def _bptt(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    state = _mapping(value, "bptt_slots")
+
+    def rows(key: str, width: int) -> list[list[int]]:
+        entries = state.get(key)
+        if not isinstance(entries, (list, tuple)):
+            raise ConfigError(f"checkpoint: bptt_slots.{key} must be a list")
+        result = []
+        for entry in entries:
+            if not isinstance(entry, (list, tuple)) or len(entry) != width:
+                raise ConfigError(f"checkpoint: malformed bptt_slots.{key} entry {entry!r}")
+            result.append([_integer(v, f"bptt_slots.{key} value", -1) for v in entry])
+        return result
+
+    slots = state.get("slots")
+    if not isinstance(slots, (list, tuple)):
+        raise ConfigError("checkpoint: bptt_slots.slots must be a list")
+    checked_slots = []
+    for slot in slots:
+        if not isinstance(slot, (list, tuple)):
+            raise ConfigError("checkpoint: a BPTT slot must be a list")
+        entries = []
+        for entry in slot:
+            if not isinstance(entry, (list, tuple)) or len(entry) != 3:
+                raise ConfigError(f"checkpoint: malformed BPTT slot entry {entry!r}")
+            unit, done, length = (_integer(v, "BPTT slot value") for v in entry)
+            if done > length:
+                raise ConfigError(f"checkpoint: BPTT slot entry {entry!r} delivered more than its length")
+            entries.append([unit, done, length])
+        checked_slots.append(entries)
+    return {"slots": checked_slots, "waiting": rows("waiting", 3)}
+
+
+def validate(state: Any, fingerprint: str) -> dict[str, Any]:
+    """Checks a state's structure and types (ranges that depend on the data are checked on restore)
+    and returns it normalised. Raises ``ValueError`` naming the first problem."""
+    state = _mapping(state, "the state")
+    if "version" not in state:
+        raise ConfigError("checkpoint: no version (CNTK's own {'minibatchSourcePosition': n} has only that key)")
+    version = _integer(state["version"], "version", 1)
+    if version > CHECKPOINT_VERSION:
+        raise ConfigError(f"checkpoint version {version} is newer than this cntkio understands ({CHECKPOINT_VERSION})")
+    if version < CHECKPOINT_VERSION:
+        raise ConfigError(
+            f"checkpoint version {version} comes from an earlier cntkio whose sweep orders differ; restore its "
+            "'minibatchSourcePosition' alone to continue at the same sample position"
+        )
+    for key in ("minibatchSourcePosition", "fingerprint", "epoch", "cursor"):
+        if key not in state:
+            raise ConfigError(f"checkpoint: missing field {key!r}")
+    if not isinstance(state["fingerprint"], str):
+        raise ConfigError("checkpoint: the fingerprint must be a string")
+    if state["fingerprint"] != fingerprint:
+        raise ConfigError("checkpoint: it was taken with other data or another configuration (fingerprint differs)")
+    cursor = _mapping(state["cursor"], "cursor")
+    for key in ("sweep", "block", "position", "block_position", "block_samples", "partitioning", "layers"):
+        if key not in cursor:
+            raise ConfigError(f"checkpoint: missing cursor field {key!r}")
+    return {
+        "version": version,
+        "minibatchSourcePosition": _integer(state["minibatchSourcePosition"], "minibatchSourcePosition"),
+        "fingerprint": state["fingerprint"],
+        "epoch": _integer(state["epoch"], "epoch"),
+        "cursor": {
+            **{
+                key: _integer(cursor[key], f"cursor {key}")
+                for key in ("sweep", "block", "position", "block_position", "block_samples")
+            },
+            "partitioning": _partitioning(cursor["partitioning"]),
+            "layers": _layers(cursor["layers"]),
+        },
+        "bptt_slots": _bptt(state.get("bptt_slots")),
+    }
 
 
 def merge_checkpoints(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -23,40 +151,42 @@ def merge_checkpoints(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     missing indices in the order given.
     """
     if not states:
-        raise ValueError("no checkpoint states to merge")
-    count = len(states)
-    placed: dict[int, Mapping[str, Any]] = {}
+        raise ConfigError("no checkpoint states to merge")
+    fingerprints = {s.get("fingerprint") for s in states}
+    if len(fingerprints) != 1:
+        raise ConfigError("merge_checkpoints: the states come from different data or configurations")
+    checked = [validate(s, str(next(iter(fingerprints)))) for s in states]
+    if any(s["bptt_slots"] for s in checked):
+        raise ConfigError("truncated BPTT states carry sequences in flight and cannot be merged")
+    count = len(checked)
+    placed: dict[int, dict[str, Any]] = {}
     unplaced = []
-    for state in states:
-        partitioning = state.get("partitioning")
+    for state in checked:
+        partitioning = state["cursor"]["partitioning"]
         if partitioning is None:
             unplaced.append(state)  # has not read since it was created or restored
-        elif int(partitioning[0]) != count or int(partitioning[1]) in placed:
-            raise ValueError("merge_checkpoints needs the state of every partition of one partitioning")
+        elif partitioning[0] != count or partitioning[1] in placed:
+            raise ConfigError("merge_checkpoints needs the state of every partition of one partitioning")
         else:
-            placed[int(partitioning[1])] = state
+            placed[partitioning[1]] = state
     free = [index for index in range(count) if index not in placed]
     placed.update(zip(free, unplaced))
-    if any(s.get("bptt_slots") for s in states):
-        raise ValueError("truncated BPTT states carry sequences in flight and cannot be merged")
-    ordered = [placed[index] for index in range(count)]
-    first_sweep = min(int(s["sweep"]) for s in ordered)
-    last_sweep = max(int(s["sweep"]) for s in ordered)
+    ordered = [placed[index]["cursor"] for index in range(count)]
+    earliest = min(checked, key=lambda s: (s["cursor"]["sweep"], s["cursor"]["position"]))
+    first = earliest["cursor"]
+    last_sweep = max(c["sweep"] for c in ordered)
     layers: dict[str, list[list[Any]]] = {}
-    for sweep in range(first_sweep, last_sweep + 1):
-        inherited = ordered[0].get("layers", {}).get(str(sweep), [])
+    for sweep in range(first["sweep"], last_sweep + 1):
+        # Every partition still in (or before) a sweep carries the same earlier layers of it.
+        inherited: list[list[Any]] = next((c["layers"][str(sweep)] for c in ordered if str(sweep) in c["layers"]), [])
         cursors = [
-            int(s["cursor"]) if int(s["sweep"]) == sweep else (ALL_CONSUMED if int(s["sweep"]) > sweep else 0)
-            for s in ordered
+            c["position"] if c["sweep"] == sweep else (ALL_CONSUMED if c["sweep"] > sweep else 0) for c in ordered
         ]
         layers[str(sweep)] = [*inherited, [count, cursors]]
     return {
         "version": CHECKPOINT_VERSION,
-        "minibatchSourcePosition": min(int(s["minibatchSourcePosition"]) for s in ordered),
-        "sweep": first_sweep,
-        "cursor": 0,
-        "partitioning": None,
-        "layers": layers,
-        "fingerprint": ordered[0].get("fingerprint"),
-        "epoch": int(ordered[0].get("epoch", 0)),
+        "minibatchSourcePosition": earliest["minibatchSourcePosition"],
+        "fingerprint": earliest["fingerprint"],
+        "epoch": earliest["epoch"],
+        "cursor": {**first, "partitioning": None, "layers": layers},
     }

@@ -15,6 +15,8 @@ from typing import Any, Union
 import numpy as np
 import scipy.sparse
 
+from .errors import ConfigError
+from .keys import KeyColumn
 from .streams import StreamInformation
 
 
@@ -44,6 +46,15 @@ class SparseStream:
 
 
 StreamData = Union[DenseStream, SparseStream]
+
+
+class ParsedChunk(dict):  # type: ignore[type-arg]
+    """What ``get_chunk`` returns: stream name -> data. ``invalid`` (optional, per sequence) flags the
+    sequences a counted error left short; frame mode and truncated BPTT skip them."""
+
+    def __init__(self, *args: Any, invalid: np.ndarray | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.invalid = invalid
 
 
 @dataclass(frozen=True)
@@ -79,23 +90,77 @@ class Deserializer(abc.ABC):
         """Keys and lengths of the sequences of a chunk, without parsing it."""
 
     @abc.abstractmethod
-    def get_chunk(self, chunk_id: int) -> dict[str, StreamData]:
+    def get_chunk(self, chunk_id: int) -> dict[str, StreamData]:  # or a ParsedChunk
         """Parses a chunk: stream name -> data of every sequence of the chunk, in index order."""
 
+    def sequence_index(self) -> SequenceIndex:
+        """Every sequence's length and key, chunk after chunk, as columns (built once, then cached).
+
+        Formats override it with their native index; the default asks :meth:`chunk_index` once per chunk.
+        """
+        cached: SequenceIndex | None = getattr(self, "_cntkio_sequence_index", None)
+        if cached is None:
+            chunks = [self.chunk_index(c) for c in range(self.num_chunks())]
+            cached = SequenceIndex.from_chunks(chunks, self.source_name)
+            self._cntkio_sequence_index = cached
+        return cached
+
+    def fingerprint(self) -> list[Any]:
+        """Identifies the data, so that a checkpoint is never restored onto other data. File formats
+        name their files with sizes and modification times; the default is the class name."""
+        return [type(self).__name__]
+
     def sequence_lengths(self) -> np.ndarray:
-        """Lengths of every sequence, chunk after chunk (int64)."""
-        return np.concatenate([self.chunk_index(c).lengths for c in range(self.num_chunks())])
+        """Lengths of every sequence, chunk after chunk."""
+        return self.sequence_index().lengths
 
     def chunk_sequence_counts(self) -> np.ndarray:
         """Number of sequences in each chunk (int64)."""
-        return np.array([self.chunk_index(c).num_sequences for c in range(self.num_chunks())], dtype=np.int64)
+        return np.diff(self.sequence_index().chunk_starts)
 
     def sequence_keys(self, sequence_ids: np.ndarray) -> list[Any]:
         """Keys of sequences given by their index in file order (chunk after chunk)."""
-        keys = [key for c in range(self.num_chunks()) for key in self.chunk_index(c).keys]
-        return [keys[i] for i in sequence_ids.tolist()]
+        return self.sequence_index().keys.take(np.asarray(sequence_ids, dtype=np.int64))
 
     @property
     def source_name(self) -> str:
         """Names the data in provenance records (a file name for file formats)."""
         return str(getattr(self, "filename", type(self).__name__))
+
+
+@dataclass(frozen=True)
+class SequenceIndex:
+    """The index of a deserializer as columns: sequence i of the data is row ``i - chunk_starts[c]`` of
+    chunk c, has ``lengths[i]`` samples and key ``keys[i]``."""
+
+    chunk_starts: np.ndarray  # int64, (num_chunks + 1,)
+    lengths: np.ndarray  # int32 or int64, (num_sequences,)
+    keys: KeyColumn
+
+    @property
+    def num_sequences(self) -> int:
+        return len(self.lengths)
+
+    @staticmethod
+    def from_chunks(chunks: list[ChunkIndex], source: str) -> SequenceIndex:
+        """Builds the columns from per-chunk indexes, checking them."""
+        if not chunks:
+            raise ConfigError(f"{source}: a deserializer needs at least one chunk")
+        counts = np.array([c.num_sequences for c in chunks], dtype=np.int64)
+        starts = np.zeros(len(chunks) + 1, dtype=np.int64)
+        np.cumsum(counts, out=starts[1:])
+        lengths = np.concatenate([np.asarray(c.lengths, dtype=np.int64) for c in chunks])
+        for number, chunk in enumerate(chunks):
+            if len(chunk.keys) != chunk.num_sequences:
+                raise ConfigError(
+                    f"{source}: chunk {number} lists {len(chunk.keys)} keys for {chunk.num_sequences} sequences"
+                )
+        if len(lengths) and int(lengths.min()) < 1:
+            bad = int(np.argmin(lengths))
+            home = int(np.searchsorted(starts, bad, side="right")) - 1
+            raise ConfigError(
+                f"{source}: sequence {bad - int(starts[home])} of chunk {home} has length {int(lengths[bad])}; "
+                "lengths must be >= 1"
+            )
+        keys = KeyColumn.concatenate([KeyColumn.of(c.keys) for c in chunks])
+        return SequenceIndex(starts, lengths, keys)

@@ -12,8 +12,7 @@ from .arrays import exclusive_cumsum
 from .streams import StreamInformation
 
 if TYPE_CHECKING:
-    from .deserializer import Deserializer
-    from .timeline import Timeline
+    from .corpus import Corpus
 
 
 class MinibatchData:
@@ -162,17 +161,14 @@ class Provenance:
     """Where the units of a minibatch come from: ``keys`` lists ``(source, sequence key)`` per unit
     (``(source, (key, frame))`` in frame mode), computed when first asked for."""
 
-    def __init__(self, deserializer: Deserializer, timeline: Timeline, units: np.ndarray):
-        self._deserializer, self._timeline, self.units = deserializer, timeline, units
+    __slots__ = ("__dict__", "_corpus", "units")
+
+    def __init__(self, corpus: Corpus, units: np.ndarray):
+        self._corpus, self.units = corpus, units
 
     @cached_property
     def keys(self) -> list[tuple[str, Any]]:
-        source = self._deserializer.source_name
-        keys = self._deserializer.sequence_keys(self._timeline.unit_sequence[self.units])
-        frames = self._timeline.unit_frame
-        if frames is not None:
-            return [(source, (key, frame)) for key, frame in zip(keys, frames[self.units].tolist())]
-        return [(source, key) for key in keys]
+        return self._corpus.keys_of(self.units)
 
 
 class Minibatch(dict):  # type: ignore[type-arg]

@@ -7,22 +7,24 @@ import hashlib
 import json
 import math
 import os
+import threading
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from .assemble import Assembler
 from .bptt import BpttSlots, row_layout
-from .checkpoint import CHECKPOINT_VERSION, merge_checkpoints
+from .checkpoint import CHECKPOINT_VERSION, merge_checkpoints, validate
 from .chunk_cache import ChunkCache
+from .corpus import Corpus
+from .cursor import Cursor, Selection
 from .data_slice import parse_slice
 from .deserializer import Deserializer
-from .errors import CNTKIOError, ConfigError
-from .minibatch import Minibatch, MinibatchData, Provenance
-from .packer import Part, ShortStreamError, pack
+from .errors import ConfigError
+from .minibatch import Minibatch, MinibatchData
+from .order import Randomization
 from .streams import Record, StreamInformation
-from .timeline import Randomization, SweepPlan, Timeline
 
 INFINITELY_REPEAT = 2**64 - 1
 FULL_DATA_SWEEP = 2**64 - 2
@@ -33,18 +35,6 @@ class TraceLevel(enum.IntEnum):
     Error = 0
     Warning = 1
     Info = 2
-
-
-@dataclass(frozen=True)
-class _Selection:
-    """The units of one minibatch; for truncated BPTT also the pieces and rows they fill."""
-
-    units: np.ndarray
-    end_of_sweep: bool
-    offsets: np.ndarray | None = None
-    counts: np.ndarray | None = None
-    row_lengths: np.ndarray | None = None
-    starts: np.ndarray | None = None
 
 
 def _is_unbounded(value: Any) -> bool:
@@ -58,6 +48,15 @@ class MinibatchSource:
     ``compat`` (CNTK's exact randomization order), ``data_slice`` (read only a deterministic slice of
     the sequences, e.g. ``"[10%:20%]"`` or ``"[:5000]"``), ``prefetch`` and ``num_parse_threads``.
     Sweeps run on from each other: a minibatch may end one sweep and start the next (``end_of_sweep``).
+
+    A source may be shared by threads: reads are serialised by a lock. Close it (or use it as a context
+    manager) to stop its parse threads.
+
+    Example::
+
+        with MinibatchSource(CTFDeserializer("train.ctf", streams), max_sweeps=1) as source:
+            while mb := source.next_minibatch(1024):
+                x = mb["features"].asarray()
     """
 
     def __init__(
@@ -68,7 +67,7 @@ class MinibatchSource:
         randomization_window_in_chunks: int = DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS,
         randomization_window_in_samples: int = 0,
         randomization_seed: int = 0,
-        trace_level: int = TraceLevel.Warning,
+        trace_level: int | None = None,
         multithreaded_deserializer: bool | None = None,
         frame_mode: bool = False,
         truncation_length: int = 0,
@@ -79,6 +78,7 @@ class MinibatchSource:
         prefetch: bool = True,
         num_parse_threads: int | None = None,
     ):
+        self._closed = True  # until construction succeeds
         deserializers = [deserializers] if isinstance(deserializers, Deserializer) else list(deserializers)
         if not deserializers:
             raise ConfigError("at least one deserializer is required")
@@ -93,14 +93,13 @@ class MinibatchSource:
         if truncation_length < 0:
             raise ConfigError(f"truncation_length must be >= 0, got {truncation_length}")
         del multithreaded_deserializer  # chunks are always parsed on a thread pool
+        if trace_level is not None:  # only an explicit level overrides the deserializers' own
+            for deserializer in deserializers:
+                if hasattr(deserializer, "trace_level"):
+                    deserializer.trace_level = int(trace_level)
+                    if hasattr(deserializer, "errors"):
+                        deserializer.errors.trace_level = int(trace_level)
         self._deserializer = deserializers[0]
-        for deserializer in deserializers:
-            if hasattr(deserializer, "trace_level"):
-                deserializer.trace_level = int(trace_level)
-                if hasattr(deserializer, "errors"):
-                    deserializer.errors.trace_level = int(trace_level)
-        self._infos = self._deserializer.stream_infos()
-        self.streams = Record({info.name: info for info in self._infos})
         self.frame_mode = bool(frame_mode)
         self.truncation_length = int(truncation_length)
         sample_window = bool(randomization_window_in_samples)
@@ -112,28 +111,30 @@ class MinibatchSource:
             seed=int(randomization_seed),
             compat=bool(compat),
         )
-        lengths = self._deserializer.sequence_lengths()
-        self.data_slice = parse_slice(data_slice, len(lengths))
-        self._timeline = Timeline(
-            lengths, self._deserializer.chunk_sequence_counts(), self.frame_mode, self.randomization, self.data_slice
-        )
-        if self._timeline.sweep_size == 0:
+        self.data_slice = parse_slice(data_slice, self._deserializer.sequence_index().num_sequences)
+        self._corpus = Corpus(deserializers, self.data_slice, self.frame_mode)
+        self._infos = self._corpus.streams
+        self.streams = Record({info.name: info for info in self._infos})
+        if self._corpus.sweep_size == 0:
             raise ConfigError("the data has no samples")
         self.max_samples, self.max_sweeps = max_samples, max_sweeps
         self._epoch = 0
         self._epoch_end = self._compute_epoch_end()
+        self._cursor = Cursor(self._corpus, self.randomization)
         threads = num_parse_threads if num_parse_threads is not None else min(2, os.cpu_count() or 1)
-        self._cache = ChunkCache(self._deserializer, threads if prefetch else 0)
-        self._sweep = 0
-        self._cursor = 0
-        self._partitioning: tuple[int, int] | None = None
-        self._layers: dict[int, list[tuple[int, list[int]]]] = {}
+        self._cache = ChunkCache(self._corpus, threads if prefetch else 0)
+        self._assembler = Assembler(self._corpus, self._cache)
         self._slots = BpttSlots(self.truncation_length)
+        self._planned: tuple[Any, ...] | None = None  # the block whose chunks are planned
+        self._window: set[int] = set()  # the chunks that block may read
+        self._lock = threading.RLock()
+        self._fingerprint_text = self._fingerprint()
+        self._closed = False
 
     @property
     def epoch_size(self) -> float:
         """Samples in one epoch: ``max_samples``, or ``max_sweeps`` sweeps (``inf`` when infinite)."""
-        size = self._timeline.sweep_size
+        size = self._corpus.sweep_size
         if not _is_unbounded(self.max_sweeps):
             return int(self.max_sweeps) * size
         if self.max_samples == FULL_DATA_SWEEP:
@@ -153,8 +154,11 @@ class MinibatchSource:
         sweeps. Epoch 0 is where a new source starts."""
         if self.is_infinite():
             raise ValueError("an infinite source has no epochs; set max_samples or max_sweeps")
-        self._epoch = int(epoch)
-        self._restore_position(int(self._epoch * self.epoch_size))
+        if int(epoch) < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch}")
+        with self._lock:
+            self._epoch = int(epoch)
+            self._restore_position(int(self._epoch * self.epoch_size))
 
     # --- streams ---------------------------------------------------------------------------------
     def stream_infos(self) -> list[StreamInformation]:
@@ -175,12 +179,22 @@ class MinibatchSource:
     @property
     def sweep_size(self) -> int:
         """Samples in one sweep (index lengths; frames in frame mode)."""
-        return self._timeline.sweep_size
+        return self._corpus.sweep_size
 
     @property
     def position(self) -> int:
         """Global sample position of this partition's cursor."""
-        return self._sweep * self._timeline.sweep_size + int(self._timeline.plan(self._sweep).starts[self._cursor])
+        return self._cursor.position
+
+    @property
+    def cached_chunks(self) -> int:
+        """Number of chunks held in memory (loaded or being loaded)."""
+        return len(self._cache)
+
+    @property
+    def invalid_sequences_skipped(self) -> int:
+        """Units (frames or BPTT pieces) skipped because a counted error left their sequence short."""
+        return self._assembler.invalid_units
 
     # --- reading ---------------------------------------------------------------------------------
     def next_minibatch(
@@ -199,13 +213,18 @@ class MinibatchSource:
         """
         del device  # arrays are returned on the host
         partitions, index = self._check_partition(num_data_partitions, partition_index)
-        selection = self._advance(minibatch_size_in_samples, partitions, index)
-        if selection is None:
+        with self._lock:
+            self._check_open()
+            result = self._read(minibatch_size_in_samples, partitions, index, True)
+        if not isinstance(result, Minibatch):
             return {}
-        result = self._pack(selection)
         if input_map is None:
             return result
-        return {key: result[stream if isinstance(stream, str) else stream.name] for key, stream in input_map.items()}
+        mapped = Minibatch(
+            {key: result[stream if isinstance(stream, str) else stream.name] for key, stream in input_map.items()}
+        )
+        mapped.provenance = result.provenance
+        return mapped
 
     def skip_minibatch(
         self, minibatch_size_in_samples: int, num_data_partitions: int | None = None, partition_index: int | None = None
@@ -215,7 +234,13 @@ class MinibatchSource:
         Returns False at the end. Used to hand out minibatches round-robin to loader workers.
         """
         partitions, index = self._check_partition(num_data_partitions, partition_index)
-        return self._advance(minibatch_size_in_samples, partitions, index) is not None
+        with self._lock:
+            self._check_open()
+            return self._read(minibatch_size_in_samples, partitions, index, False) is not None
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("the MinibatchSource is closed")
 
     @staticmethod
     def _check_partition(num_data_partitions: int | None, partition_index: int | None) -> tuple[int, int]:
@@ -225,81 +250,23 @@ class MinibatchSource:
             raise ValueError(f"invalid partition {partition_index} of {num_data_partitions}")
         return partitions, index
 
-    def _advance(self, minibatch_size: int, partitions: int, index: int) -> _Selection | None:
-        """Chooses the next minibatch's units and moves the cursor past them; None at the end."""
+    def _read(self, minibatch_size: int, partitions: int, index: int, gather: bool) -> Minibatch | bool | None:
+        """Selects the next minibatch's units, moves the cursor past them and (``gather``) assembles them;
+        None at the end."""
         if minibatch_size <= 0:
             raise ValueError(f"minibatch_size_in_samples must be positive, got {minibatch_size}")
-        self._set_partitioning(partitions, index)
         if self.truncation_length:
-            return self._advance_bptt(minibatch_size, partitions, index)
+            return self._read_bptt(minibatch_size, partitions, index, gather)
         budget = max(1, minibatch_size // partitions + (index < minibatch_size % partitions))
-        units, sweep_ends = self._select(budget, partitions, index)
-        return _Selection(units, bool(sweep_ends)) if len(units) else None
+        selection = self._cursor.select(budget, partitions, index, self._epoch_end)
+        if not len(selection):
+            return None
+        if not gather:
+            return True
+        self._load(selection)
+        return self._assembler.minibatch(selection.units, selection.chunks, bool(selection.sweep_ends))
 
-    def _set_partitioning(self, partitions: int, index: int) -> None:
-        """Starts a new partitioning layer when the partition count changes mid-sweep."""
-        current = self._partitioning
-        if current is not None and current[0] != partitions and self._cursor > 0:
-            # Without the other partitions' cursors, assume they all reached this one's position.
-            self._layers.setdefault(self._sweep, []).append((current[0], [self._cursor] * current[0]))
-            self._cursor = 0
-        self._partitioning = (partitions, index)
-
-    def _candidates(self, plan: SweepPlan, stop: int, partitions: int, index: int) -> np.ndarray:
-        """Positions in [cursor, stop) this partition owns and no earlier partitioning consumed."""
-        positions = np.arange(self._cursor, stop, dtype=np.int64)
-        if partitions > 1:
-            positions = positions[self._timeline.owners(plan, positions, partitions) == index]
-        for old_partitions, cursors in self._layers.get(plan.sweep, []):
-            owners = self._timeline.owners(plan, positions, old_partitions)
-            positions = positions[positions >= np.asarray(cursors, dtype=np.int64)[owners]]
-        return positions
-
-    def _select(self, budget: int, partitions: int, index: int) -> tuple[np.ndarray, list[int]]:
-        """Advances the cursor over the timeline; returns the units taken and, for each sweep that ended,
-        how many of them came before its end."""
-        timeline = self._timeline
-        taken: list[np.ndarray] = []
-        total = 0
-        sweep_ends: list[int] = []
-        idle_sweeps = 0
-        while total < budget:
-            plan = timeline.plan(self._sweep)
-            base = self._sweep * timeline.sweep_size
-            if base + plan.starts[self._cursor] >= self._epoch_end:
-                break
-            # Every unit has at least one sample, so the budget bounds how far to look ahead.
-            stop = min(len(plan), self._cursor + (budget - total + 1) * partitions)
-            candidates = self._candidates(plan, stop, partitions, index)
-            running = total + np.cumsum(plan.lengths[candidates])
-            fits = int(np.searchsorted(running, budget, side="right"))
-            if total == 0:
-                fits = max(fits, 1)  # a unit longer than the budget forms a minibatch of its own
-            in_epoch = int(np.searchsorted(base + plan.starts[candidates], self._epoch_end, side="left"))
-            count = min(fits, in_epoch, len(candidates))
-            if count:
-                taken.append(plan.units[candidates[:count]])
-                total = int(running[count - 1])
-            if count == len(candidates):
-                if stop < len(plan):
-                    self._cursor = stop
-                    continue
-                sweep_ends.append(sum(len(t) for t in taken))
-                self._layers.pop(self._sweep, None)
-                self._sweep, self._cursor = self._sweep + 1, 0
-                idle_sweeps = 0 if taken else idle_sweeps + 1
-                if idle_sweeps > 1:
-                    break  # this partition owns no unit at all
-                continue
-            if in_epoch < fits:
-                self._cursor = int(candidates[count])  # the epoch ends before this unit
-            elif count:
-                self._cursor = int(candidates[count - 1]) + 1
-            break
-        units = np.concatenate(taken) if taken else np.zeros(0, dtype=np.int64)
-        return units, sweep_ends
-
-    def _advance_bptt(self, minibatch_size: int, partitions: int, index: int) -> _Selection | None:
+    def _read_bptt(self, minibatch_size: int, partitions: int, index: int, gather: bool) -> Minibatch | bool | None:
         """Truncated BPTT: every slot yields ``truncation_length`` steps, carrying sequences over."""
         length = self.truncation_length
         total_slots = max(1, minibatch_size // length)
@@ -311,148 +278,103 @@ class MinibatchSource:
         self._slots.resize(total_slots // partitions + (index < total_slots % partitions))
 
         def fetch() -> tuple[np.ndarray, np.ndarray, list[int]]:
-            units, sweep_ends = self._select(minibatch_size, partitions, index)
-            return units, self._timeline.unit_length[units], sweep_ends
+            selection = self._cursor.select(minibatch_size, partitions, index, self._epoch_end)
+            return selection.units, selection.lengths, selection.sweep_ends
 
         end_of_sweep = self._slots.fill(fetch)
         if self._slots.is_empty():
             return None
-        units, offsets, counts, row_lengths, starts = row_layout(self._slots.cut())
-        return _Selection(units, end_of_sweep, offsets, counts, row_lengths, starts)
+        units, offsets, counts, rows = row_layout(self._slots.cut())
+        if not gather:
+            return True
+        chunks = self._corpus.chunk_of_units(units)
+        self._load(Selection(units, chunks, counts, []), extra=self._slots.units())
+        return self._assembler.minibatch(units, chunks, end_of_sweep, (offsets, counts, rows), len(self._slots.slots))
 
-    def _pack(self, selection: _Selection) -> Minibatch:
-        """Parses (or takes from the cache) the chunks the units live in and packs every stream."""
-        units, offsets, counts = selection.units, selection.offsets, selection.counts
-        chunks, sequences, frames = self._timeline.locate(units)
-        if frames is not None:
-            offsets, counts = frames, np.ones(len(frames), dtype=np.int64)
-        unique, inverse = np.unique(chunks, return_inverse=True)
-        order = None
-        groups: list[np.ndarray | slice] = [slice(None)]
-        if len(unique) > 1:
-            grouping = np.argsort(inverse, kind="stable")
-            if np.any(np.diff(grouping) != 1):
-                order = np.argsort(grouping)
-            groups = [np.flatnonzero(inverse == i) for i in range(len(unique))]
-        loaded = {int(c): self._cache.get(int(c)) for c in unique}
-        self._manage_memory(set(loaded), len(units))
-        result = Minibatch()
-        for info in self._infos:
-            parts: list[Part] = [
-                (
-                    loaded[chunk_id][info.name],
-                    sequences[group],
-                    None if offsets is None else offsets[group],
-                    None if counts is None else counts[group],
-                )
-                for chunk_id, group in zip(unique.tolist(), groups)
-            ]
-            try:
-                result[info] = pack(info, parts, order, selection.end_of_sweep, selection.row_lengths, selection.starts)
-            except ShortStreamError as error:
-                group = groups[error.part]
-                unit = int(units[group][error.unit])
-                (source, key), *_ = Provenance(self._deserializer, self._timeline, np.array([unit])).keys
-                sequence = int(self._timeline.unit_sequence[unit])
-                steps = int(self._deserializer.sequence_lengths()[sequence])
-                raise CNTKIOError(
-                    f"{source}: input '{info.alias or info.name}' of sequence {key[0] if self.frame_mode else key} "
-                    f"has fewer samples than the sequence's {steps} steps; frame mode and truncated BPTT need a "
-                    "sample of every stream at every step"
-                ) from None
-        provenance = Provenance(self._deserializer, self._timeline, units)
-        result.provenance = provenance
-        for data in result.values():
-            data.provenance = provenance
-        return result
-
-    def _manage_memory(self, in_use: set[int], last_count: int) -> None:
-        """Prefetches the chunks the next reads need and drops the ones no read needs any more."""
-        timeline = self._timeline
-        keep = in_use | set(timeline.locate(np.asarray(self._slots.units(), dtype=np.int64))[0].tolist())
-        if self.position < self._epoch_end:
-            plan = timeline.plan(self._sweep)
-            first, last = plan.chunk_spans
-            partitions, index = self._partitioning or (1, 0)
-            pending = last >= self._cursor
-            if partitions > 1 and timeline.chunk_level_partitions(partitions):
-                pending &= plan.chunk_rank % partitions == index
-            candidates = np.flatnonzero(pending)
-            candidates = candidates[np.argsort(first[candidates], kind="stable")]
-            # The chunks the next reads touch, and then as many more as there are parse threads.
-            soon = int(np.searchsorted(first[candidates], self._cursor + max(64, 2 * last_count * partitions)))
-            upcoming = timeline.active_chunks[candidates[: soon + self._cache.threads]].tolist()
-            for chunk_id in upcoming:
-                self._cache.prefetch(chunk_id)
-            keep |= set(upcoming)
-        self._cache.retain(keep)
+    def _load(self, selection: Selection, extra: list[int] | None = None) -> None:
+        """Makes sure the chunks of the selection are loaded, drops the chunks no read needs any more and
+        prefetches the next blocks' chunks."""
+        cursor = self._cursor
+        needed = set(np.unique(selection.chunks).tolist())
+        in_flight = set()
+        if extra:  # BPTT: units waiting in slots keep their chunks
+            in_flight = set(self._corpus.chunk_of_units(np.asarray(extra, dtype=np.int64)).tolist())
+        plan = (cursor.sweep, cursor.block, cursor.partitioning)
+        if plan == self._planned and needed <= self._window:
+            self._cache.ensure(needed)  # loaded or being loaded already: only waits
+            return
+        self._planned = plan
+        threads = self._cache.threads
+        upcoming = cursor.upcoming_chunks(1 + max(1, threads), self._epoch_end)
+        window = needed | in_flight | (set(upcoming[0].tolist()) if upcoming else set())
+        ahead: list[int] = []
+        if threads and self.position < self._epoch_end:
+            for block_chunks in upcoming[1:]:
+                ahead.extend(c for c in block_chunks.tolist() if c not in window and c not in ahead)
+            ahead = ahead[:threads]
+        self._window = window
+        self._cache.retain(window | set(ahead))
+        self._cache.ensure(sorted(needed))
+        if threads and self.position < self._epoch_end:
+            self._cache.prefetch(sorted(window - needed - in_flight) + ahead)
 
     # --- checkpoints -----------------------------------------------------------------------------
     def _fingerprint(self) -> str:
-        """Identifies the data and the configuration that decide the order."""
-        timeline = self._timeline
+        """Identifies the data (files, sizes, modification times) and the configuration that decides the order."""
         description = json.dumps(
-            [
-                timeline.sweep_size,
-                timeline.num_units,
-                timeline.num_chunks,
-                int(timeline.units_per_chunk.sum()),
-                self.randomization.__dict__,
-                self.frame_mode,
-                self.truncation_length,
-                self.data_slice,
-            ],
+            [self._corpus.fingerprint(), self.randomization.__dict__, self.frame_mode, self.truncation_length],
             sort_keys=True,
+            default=str,
         )
         return hashlib.sha256(description.encode()).hexdigest()[:16]
 
     def get_checkpoint_state(self) -> dict[str, Any]:
         """A small, versioned, JSON-serialisable dict; :meth:`restore_from_checkpoint` continues from it
         exactly (also in a new process, and with another partition count after :meth:`merge_checkpoints`)."""
-        state: dict[str, Any] = {
-            "version": CHECKPOINT_VERSION,
-            "minibatchSourcePosition": self.position,
-            "sweep": self._sweep,
-            "cursor": self._cursor,
-            "partitioning": list(self._partitioning) if self._partitioning else None,
-            "layers": {str(s): [[n, list(c)] for n, c in layers] for s, layers in self._layers.items()},
-            "fingerprint": self._fingerprint(),
-            "epoch": self._epoch,
-        }
-        if self.truncation_length:
-            state["bptt_slots"] = self._slots.state()
-        return state
+        with self._lock:
+            state: dict[str, Any] = {
+                "version": CHECKPOINT_VERSION,
+                "minibatchSourcePosition": self.position,
+                "fingerprint": self._fingerprint_text,
+                "epoch": self._epoch,
+                "cursor": self._cursor.get_state(),
+            }
+            if self.truncation_length:
+                state["bptt_slots"] = self._slots.state()
+            return state
 
     def restore_from_checkpoint(self, state: Mapping[str, Any]) -> None:
         """Continues from a state of :meth:`get_checkpoint_state` (or CNTK's ``{'minibatchSourcePosition': n}``,
-        rounded up to the next sequence boundary)."""
-        if "sweep" not in state:
-            self._restore_position(int(state["minibatchSourcePosition"]))
-            return
-        if int(state.get("version", CHECKPOINT_VERSION)) > CHECKPOINT_VERSION:
-            raise ConfigError(f"checkpoint version {state['version']} is newer than this cntkio understands")
-        if state.get("fingerprint") not in (None, self._fingerprint()):
-            raise ConfigError("the checkpoint was taken with other data or another configuration (fingerprint differs)")
-        self._sweep, self._cursor = int(state["sweep"]), int(state["cursor"])
-        partitioning = state.get("partitioning")
-        self._partitioning = (int(partitioning[0]), int(partitioning[1])) if partitioning else None
-        self._layers = {
-            int(s): [(int(n), [int(c) for c in cursors]) for n, cursors in layers]
-            for s, layers in dict(state.get("layers", {})).items()
-        }
-        self._slots.restore(state.get("bptt_slots"))
-        self._epoch = int(state.get("epoch", 0))
-        self._epoch_end = self._compute_epoch_end()
+        rounded up to the next sequence boundary). A malformed state, or one taken on other data or with
+        another configuration, raises ``ValueError``."""
+        with self._lock:
+            if isinstance(state, Mapping) and set(state) == {"minibatchSourcePosition"}:
+                position = state["minibatchSourcePosition"]
+                if isinstance(position, bool) or not isinstance(position, (int, np.integer)) or position < 0:
+                    raise ConfigError(f"checkpoint: minibatchSourcePosition must be an integer >= 0, got {position!r}")
+                self._restore_position(int(position))
+                return
+            checked = validate(state, self._fingerprint_text)
+            bptt = checked["bptt_slots"]
+            if bool(bptt) != bool(self.truncation_length) and bptt is not None:
+                raise ConfigError("checkpoint: BPTT slots in a state for a source without truncated BPTT")
+            if bptt:
+                units = [u for slot in bptt["slots"] for u, _, _ in slot] + [u for u, _, _ in bptt["waiting"]]
+                if any(u >= self._corpus.num_units for u in units):
+                    raise ConfigError("checkpoint: a BPTT slot names a sequence outside the data")
+            self._cursor.set_state(checked["cursor"])
+            if self._cursor.position != checked["minibatchSourcePosition"]:
+                raise ConfigError("checkpoint: minibatchSourcePosition does not match the cursor (a modified state?)")
+            self._slots.restore(bptt)
+            self._epoch = checked["epoch"]
+            self._epoch_end = self._compute_epoch_end()
+            self._planned = None
 
     def _restore_position(self, position: int) -> None:
-        self._sweep, within = divmod(position, self._timeline.sweep_size)
-        plan = self._timeline.plan(self._sweep)
-        self._cursor = int(np.searchsorted(plan.starts[:-1], within, side="left"))
-        if self._cursor >= len(plan):
-            self._sweep, self._cursor = self._sweep + 1, 0
-        self._partitioning, self._layers = None, {}
+        self._cursor.seek(position)
         self._slots.restore(None)
         self._epoch_end = self._compute_epoch_end()
+        self._planned = None
 
     merge_checkpoints = staticmethod(merge_checkpoints)
 
@@ -473,5 +395,14 @@ class MinibatchSource:
             yield minibatch
 
     def close(self) -> None:
-        """Stops background parsing."""
+        """Stops background parsing; reading afterwards raises ``ValueError``. Closing twice is harmless."""
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
         self._cache.close()
+
+    def __enter__(self) -> MinibatchSource:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -33,10 +33,13 @@ enum ErrorKind : int32_t {
 };
 
 struct ErrorRecord {
-  int64_t offset;    // absolute byte offset in the file
-  int32_t kind;      // ErrorKind
-  int32_t stream;    // stream index or -1
-  int64_t sequence;  // sequence index (within the call)
+  int64_t offset;       // absolute byte offset in the file
+  int32_t kind;         // ErrorKind
+  int32_t stream;       // stream index or -1
+  int64_t sequence;     // sequence index (within the call)
+  int64_t line = 0;     // 1-based line
+  int64_t column = 0;   // 1-based column (bytes)
+  int32_t byte = -1;    // the byte at the offset (-1: end of the data)
 };
 
 struct Alias {
@@ -73,34 +76,38 @@ inline const char* skip_to_bar_or_newline(const char* p) {
 }
 
 struct IndexOptions {
-  IdMode mode = IdMode::numeric;
+  bool force_line_mode = false;   // skip_sequence_ids: every line is a sequence
   std::vector<Alias> aliases;
-  int defining_stream = -1;    // stream with definesMBSize, or -1
-  bool count_lines = false;    // compat: index length = physical line count (CNTK)
+  int defining_stream = -1;       // stream with definesMBSize, or -1
+  bool count_lines = false;       // compat: index length = physical line count (CNTK)
   bool keep_empty_lines = false;  // compat: blank/comment-only lines are sequences in line mode
   bool require_all_inputs = true;
-  bool release_mapped_pages = false;  // data is a read-only shared file mapping: drop scanned pages
+  int64_t chunk_size = 32 << 20;  // target chunk size in bytes
+  int64_t block_size = 8 << 20;   // bytes read at a time
 };
 
 struct IndexResult {
-  std::vector<int64_t> offsets, ends, lengths, first_lines;
-  std::vector<uint64_t> keys;       // numeric keys (line number in line mode)
-  std::vector<int32_t> key_lengths; // text mode: byte length of the id token at offsets[i]
-  std::vector<uint8_t> valid;       // 0: sequence has a counted error (missing input)
-  std::vector<ErrorRecord> errors;
-  int64_t dropped_lines = 0;        // lines without the defining stream, or empty (line mode)
-  int64_t dropped_sequences = 0;    // id-mode sequences without the defining stream
+  IdMode mode = IdMode::numeric;
+  int64_t begin = 0;                       // first data byte (past a BOM and leading whitespace)
+  std::vector<int64_t> offsets, ends;      // byte range of each kept sequence
+  std::vector<int32_t> lengths;            // samples (index length) of each kept sequence
+  std::vector<uint64_t> keys;              // numeric keys (line number in line mode)
+  std::vector<char> key_blob;              // text mode: the ids, back to back
+  std::vector<int64_t> key_offsets{0};     // text mode: id i is key_blob[key_offsets[i], key_offsets[i+1])
+  std::vector<int64_t> chunk_starts;       // first sequence of each chunk, then the sequence count
+  std::vector<int64_t> chunk_first_lines;  // 0-based line of each chunk's first sequence
+  std::vector<ErrorRecord> errors;         // counted errors; the sequences they name were dropped
+  std::vector<std::string> error_keys;     // key text of each error's sequence
+  int64_t dropped_lines = 0;               // lines without the defining stream, or empty (line mode)
+  int64_t dropped_sequences = 0;           // id-mode sequences without the defining stream
   int64_t total_lines = 0;
-  std::string fatal;                // non-empty: fatal error message
-  int64_t fatal_offset = -1;
+  int64_t repeated_keys = 0;               // sequences whose id an earlier sequence already used
+  std::string fatal;                       // non-empty: fatal error message
+  int64_t fatal_offset = -1, fatal_line = 0, fatal_column = 0;
 };
 
-// Indexes data[begin, size): `begin` is past a BOM and leading whitespace, `first_line` its line.
-IndexResult build_index(const char* data, int64_t begin, int64_t size, int64_t first_line,
-                        const IndexOptions& options);
-
-// Greedy chunking: returns the first sequence index of every chunk.
-std::vector<int64_t> chunk_starts(const int64_t* offsets, const int64_t* ends, int64_t n, int64_t limit);
+// Indexes the file open as `fd` (of `size` bytes), reading it block by block with pread.
+IndexResult index_file(int fd, int64_t size, const IndexOptions& options);
 
 struct ParseOptions {
   IdMode mode = IdMode::numeric;
@@ -118,8 +125,8 @@ struct StreamBuffers {
 };
 
 struct ParseStats {
-  int64_t padded_samples = 0, first_padded_offset = -1;
-  int64_t unknown_inputs = 0, first_unknown_offset = -1;
+  int64_t padded_samples = 0, first_padded_offset = -1, first_padded_line = 0, first_padded_column = 0;
+  int64_t unknown_inputs = 0, first_unknown_offset = -1, first_unknown_line = 0, first_unknown_column = 0;
 };
 
 template <class T>
@@ -130,9 +137,10 @@ struct ParseResult {
 };
 
 // Parses the sequences [starts[i], ends[i]) of data[0, size) (offsets relative to data, whose
-// first byte is at absolute file offset `base`). Sequences start at line starts.
+// first byte is at absolute file offset `base`, on 0-based line `first_line`). Sequences start at line
+// starts. Errors get their line and column in one pass over the buffer.
 template <class T>
-ParseResult<T> parse_sequences(const char* data, int64_t size, int64_t base, const int64_t* starts,
-                               const int64_t* ends, int64_t n, const ParseOptions& options);
+ParseResult<T> parse_sequences(const char* data, int64_t size, int64_t base, int64_t first_line,
+                               const int64_t* starts, const int64_t* ends, int64_t n, const ParseOptions& options);
 
 }  // namespace cntkio::ctf

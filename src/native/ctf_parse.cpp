@@ -23,14 +23,14 @@ template <class T>
 class Parser {
  public:
   Parser(const char* data, int64_t size, int64_t base, const ParseOptions& options)
-      : data_(data), fast_limit_(data + size - 8), base_(base), options_(options),
+      : data_(data), size_(size), fast_limit_(data + size - 8), base_(base), options_(options),
         row_mark_(options.aliases.size(), 0) {
     result_.streams.resize(options.aliases.size());
   }
 
   // Every row of every sequence ends with '\n' inside the buffer (the caller guarantees a final
   // '\n'), so the scanning loops below stop at it without checking bounds.
-  ParseResult<T> run(const int64_t* starts, const int64_t* ends, int64_t n) {
+  ParseResult<T> run(const int64_t* starts, const int64_t* ends, int64_t n, int64_t first_line) {
     reserve(starts, ends, n);
     for (sequence_ = 0; sequence_ < n; ++sequence_) {
       const char* p = data_ + starts[sequence_];
@@ -38,7 +38,43 @@ class Parser {
       while (p < end) p = row(p);
       for (auto& stream : result_.streams) stream.seq_offsets.push_back(stream.samples);
     }
+    locate_errors(first_line);
     return std::move(result_);
+  }
+
+  // Fills in the 1-based line and column (and the byte) of every error and note, in one pass.
+  void locate_errors(int64_t first_line) {
+    struct Target {
+      int64_t offset;
+      int64_t* line;
+      int64_t* column;
+      int32_t* byte;
+    };
+    std::vector<Target> targets;
+    for (ErrorRecord& e : result_.errors) targets.push_back({e.offset, &e.line, &e.column, &e.byte});
+    ParseStats& stats = result_.stats;
+    if (stats.first_padded_offset >= 0)
+      targets.push_back({stats.first_padded_offset, &stats.first_padded_line, &stats.first_padded_column, nullptr});
+    if (stats.first_unknown_offset >= 0)
+      targets.push_back({stats.first_unknown_offset, &stats.first_unknown_line, &stats.first_unknown_column, nullptr});
+    std::stable_sort(targets.begin(), targets.end(), [](const Target& a, const Target& b) { return a.offset < b.offset; });
+    int64_t line = first_line, line_start = 0, scanned = 0;
+    for (const Target& t : targets) {
+      const int64_t at = std::max<int64_t>(0, std::min(t.offset - base_, size_));
+      while (scanned < at) {
+        const void* hit = std::memchr(data_ + scanned, '\n', static_cast<size_t>(at - scanned));
+        if (!hit) {
+          scanned = at;
+          break;
+        }
+        scanned = static_cast<const char*>(hit) - data_ + 1;
+        ++line;
+        line_start = scanned;
+      }
+      *t.line = line + 1;
+      *t.column = at - line_start + 1;
+      if (t.byte) *t.byte = at < size_ && data_[at] != '\n' ? static_cast<unsigned char>(data_[at]) : -1;
+    }
   }
 
  private:
@@ -209,18 +245,24 @@ class Parser {
       buffers.indices.push_back(static_cast<int32_t>(index));
       buffers.values.push_back(v);
     }
-    if (options_.sort_sparse) canonicalize(buffers, start);
+    if (options_.sort_sparse && !canonicalize(buffers, start)) {
+      fail(kValueOutOfRange, p, stream);
+      buffers.values.resize(start);
+      buffers.indices.resize(start);
+      return false;
+    }
     buffers.indptr.push_back(static_cast<int64_t>(buffers.values.size()));
     ++buffers.samples;
     return true;
   }
 
-  // Sorts the entries of the last sparse sample by index and sums duplicates.
-  static void canonicalize(StreamBuffers<T>& buffers, size_t start) {
+  // Sorts the entries of the last sparse sample by index and sums duplicates; false when a sum overflows
+  // the precision (a single out-of-range value is an error too).
+  static bool canonicalize(StreamBuffers<T>& buffers, size_t start) {
     const size_t end = buffers.values.size();
     bool sorted = true;
     for (size_t k = start + 1; k < end && sorted; ++k) sorted = buffers.indices[k - 1] < buffers.indices[k];
-    if (sorted) return;
+    if (sorted) return true;
     std::vector<size_t> order(end - start);
     std::iota(order.begin(), order.end(), start);
     std::stable_sort(order.begin(), order.end(),
@@ -239,6 +281,10 @@ class Parser {
     buffers.values.resize(start);
     buffers.indices.insert(buffers.indices.end(), indices.begin(), indices.end());
     buffers.values.insert(buffers.values.end(), values.begin(), values.end());
+    for (const T v : values) {
+      if (std::isinf(v)) return false;
+    }
+    return true;
   }
 
   // Drops a failed sample's values and skips the rest of it.
@@ -258,6 +304,7 @@ class Parser {
   }
 
   const char* data_;
+  int64_t size_;
   const char* fast_limit_;  // last position where an 8-byte load stays inside the buffer
   int64_t base_;
   const ParseOptions& options_;
@@ -270,17 +317,19 @@ class Parser {
 }  // namespace
 
 template <class T>
-ParseResult<T> parse_sequences(const char* data, int64_t size, int64_t base, const int64_t* starts,
-                               const int64_t* ends, int64_t n, const ParseOptions& options) {
-  if (size > 0 && data[size - 1] == '\n') return Parser<T>(data, size, base, options).run(starts, ends, n);
+ParseResult<T> parse_sequences(const char* data, int64_t size, int64_t base, int64_t first_line,
+                               const int64_t* starts, const int64_t* ends, int64_t n, const ParseOptions& options) {
+  if (size > 0 && data[size - 1] == '\n') {
+    return Parser<T>(data, size, base, options).run(starts, ends, n, first_line);
+  }
   std::string terminated(data, static_cast<size_t>(size));  // final row without a newline
   terminated.push_back('\n');
-  return Parser<T>(terminated.data(), size + 1, base, options).run(starts, ends, n);
+  return Parser<T>(terminated.data(), size + 1, base, options).run(starts, ends, n, first_line);
 }
 
-template ParseResult<float> parse_sequences<float>(const char*, int64_t, int64_t, const int64_t*,
+template ParseResult<float> parse_sequences<float>(const char*, int64_t, int64_t, int64_t, const int64_t*,
                                                    const int64_t*, int64_t, const ParseOptions&);
-template ParseResult<double> parse_sequences<double>(const char*, int64_t, int64_t, const int64_t*,
+template ParseResult<double> parse_sequences<double>(const char*, int64_t, int64_t, int64_t, const int64_t*,
                                                      const int64_t*, int64_t, const ParseOptions&);
 
 }  // namespace cntkio::ctf

@@ -1,23 +1,33 @@
-// Python bindings of the native CTF indexer and parser (module cntkio._native).
+// Python bindings of the native module cntkio._native: the CTF indexer and parser (reading the file
+// with pread), the chunk slots and minibatch gather, and CNTK's block randomization.
+// Every entry point checks its arguments; the GIL is released while the byte-level loops run.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <memory>
+#include <optional>
 #include <tuple>
 
+#include "assemble.hpp"
 #include "ctf.hpp"
+#include "file_io.hpp"
 #include "randomizer.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
+using namespace cntkio;
 using namespace cntkio::ctf;
 
 namespace {
 
-using ByteArray = nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using AnyArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
 using OffsetArray = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using IndexArray = nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using FlagArray = nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using AliasSpec = std::tuple<std::string, bool, uint64_t>;
 
 // Moves a vector into a NumPy array that owns it (no copy).
@@ -29,70 +39,102 @@ nb::ndarray<nb::numpy, T> to_numpy(std::vector<T>&& values, std::vector<size_t> 
   return nb::ndarray<nb::numpy, T>(owned->data(), shape.size(), shape.data(), owner);
 }
 
+// Moves a byte vector into a NumPy array of the given element type and shape.
+nb::ndarray<nb::numpy> bytes_to_numpy(std::vector<char>&& bytes, nb::dlpack::dtype dtype, std::vector<size_t> shape) {
+  auto* owned = new std::vector<char>(std::move(bytes));
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<char>*>(p); });
+  return nb::ndarray<nb::numpy>(owned->data(), shape.size(), shape.data(), owner, nullptr, dtype);
+}
+
 std::vector<Alias> to_aliases(const std::vector<AliasSpec>& specs) {
   std::vector<Alias> aliases;
-  for (const auto& [name, sparse, dim] : specs) aliases.push_back({name, sparse, dim});
+  for (const auto& [name, sparse, dim] : specs) {
+    if (name.empty()) throw nb::value_error("an alias must not be empty");
+    if (dim == 0 || (sparse && dim > INT32_MAX) || dim > (uint64_t{1} << 31))
+      throw nb::value_error("a stream dimension is out of range");
+    aliases.push_back({name, sparse, dim});
+  }
+  if (aliases.empty()) throw nb::value_error("no stream to read");
   return aliases;
 }
 
 nb::dict errors_to_dict(std::vector<ErrorRecord>&& errors) {
-  std::vector<int64_t> offsets, sequences;
-  std::vector<int32_t> kinds, streams;
+  std::vector<int64_t> offsets, sequences, lines, columns;
+  std::vector<int32_t> kinds, streams, bytes;
   for (const ErrorRecord& e : errors) {
     offsets.push_back(e.offset);
     kinds.push_back(e.kind);
     streams.push_back(e.stream);
     sequences.push_back(e.sequence);
+    lines.push_back(e.line);
+    columns.push_back(e.column);
+    bytes.push_back(e.byte);
   }
   nb::dict d;
   d["offset"] = to_numpy(std::move(offsets));
   d["kind"] = to_numpy(std::move(kinds));
   d["stream"] = to_numpy(std::move(streams));
   d["sequence"] = to_numpy(std::move(sequences));
+  d["line"] = to_numpy(std::move(lines));
+  d["column"] = to_numpy(std::move(columns));
+  d["byte"] = to_numpy(std::move(bytes));
   return d;
 }
 
-nb::dict index_buffer(ByteArray data, int64_t begin, int64_t first_line, int mode,
-               const std::vector<AliasSpec>& aliases, int defining_stream, bool count_lines,
-               bool keep_empty_lines, bool require_all_inputs, bool release_mapped_pages) {
+nb::dict index_ctf(int fd, int64_t size, bool force_line_mode, const std::vector<AliasSpec>& aliases,
+                    int defining_stream, bool count_lines, bool keep_empty_lines, bool require_all_inputs,
+                    int64_t chunk_size) {
   IndexOptions options;
-  options.mode = static_cast<IdMode>(mode);
+  options.force_line_mode = force_line_mode;
   options.aliases = to_aliases(aliases);
+  if (defining_stream < -1 || defining_stream >= static_cast<int>(options.aliases.size()))
+    throw nb::value_error("defining_stream out of range");
+  if (fd < 0 || size < 0) throw nb::value_error("invalid file descriptor or size");
+  if (chunk_size <= 0) throw nb::value_error("chunk_size must be positive");
   options.defining_stream = defining_stream;
   options.count_lines = count_lines;
   options.keep_empty_lines = keep_empty_lines;
   options.require_all_inputs = require_all_inputs;
-  options.release_mapped_pages = release_mapped_pages;
+  options.chunk_size = chunk_size;
   IndexResult r;
   {
     nb::gil_scoped_release release;
-    r = build_index(reinterpret_cast<const char*>(data.data()), begin,
-                    static_cast<int64_t>(data.shape(0)), first_line, options);
+    r = cntkio::ctf::index_file(fd, size, options);
   }
   nb::dict d;
+  d["mode"] = static_cast<int>(r.mode);
+  d["begin"] = r.begin;
   d["offsets"] = to_numpy(std::move(r.offsets));
   d["ends"] = to_numpy(std::move(r.ends));
   d["lengths"] = to_numpy(std::move(r.lengths));
-  d["first_lines"] = to_numpy(std::move(r.first_lines));
   d["keys"] = to_numpy(std::move(r.keys));
-  d["key_lengths"] = to_numpy(std::move(r.key_lengths));
-  d["valid"] = to_numpy(std::move(r.valid));
+  d["key_blob"] = to_numpy(std::vector<uint8_t>(r.key_blob.begin(), r.key_blob.end()));
+  d["key_offsets"] = to_numpy(std::move(r.key_offsets));
+  d["chunk_starts"] = to_numpy(std::move(r.chunk_starts));
+  d["chunk_first_lines"] = to_numpy(std::move(r.chunk_first_lines));
   d["errors"] = errors_to_dict(std::move(r.errors));
+  nb::list error_keys;
+  for (const std::string& key : r.error_keys) error_keys.append(nb::bytes(key.data(), key.size()));
+  d["error_keys"] = error_keys;
   d["dropped_lines"] = r.dropped_lines;
   d["dropped_sequences"] = r.dropped_sequences;
   d["total_lines"] = r.total_lines;
+  d["repeated_keys"] = r.repeated_keys;
   d["fatal"] = r.fatal;
   d["fatal_offset"] = r.fatal_offset;
+  d["fatal_line"] = r.fatal_line;
+  d["fatal_column"] = r.fatal_column;
   return d;
 }
 
 template <class T>
-nb::tuple parse_typed(const char* data, int64_t size, int64_t base, const int64_t* starts, const int64_t* ends, int64_t n,
-                      const ParseOptions& options) {
+nb::tuple parse_typed(const std::vector<char>& buffer, int64_t base, int64_t first_line, const int64_t* starts,
+                      const int64_t* ends, int64_t n, const ParseOptions& options) {
   ParseResult<T> r;
   {
     nb::gil_scoped_release release;
-    r = parse_sequences<T>(data, size, base, starts, ends, n, options);
+    r = parse_sequences<T>(buffer.data(), static_cast<int64_t>(buffer.size()), base, first_line, starts, ends, n,
+                           options);
   }
   nb::list streams;
   for (size_t i = 0; i < r.streams.size(); ++i) {
@@ -103,6 +145,7 @@ nb::tuple parse_typed(const char* data, int64_t size, int64_t base, const int64_
                                     to_numpy(std::move(b.indptr)), to_numpy(std::move(b.seq_offsets))));
     } else {
       const size_t samples = static_cast<size_t>(b.samples);
+      b.values.resize(samples * alias.dim);
       streams.append(nb::make_tuple(to_numpy(std::move(b.values), {samples, static_cast<size_t>(alias.dim)}),
                                     to_numpy(std::move(b.seq_offsets))));
     }
@@ -112,61 +155,248 @@ nb::tuple parse_typed(const char* data, int64_t size, int64_t base, const int64_
   stats["first_padded_offset"] = r.stats.first_padded_offset;
   stats["unknown_inputs"] = r.stats.unknown_inputs;
   stats["first_unknown_offset"] = r.stats.first_unknown_offset;
+  stats["first_padded_line"] = r.stats.first_padded_line;
+  stats["first_padded_column"] = r.stats.first_padded_column;
+  stats["first_unknown_line"] = r.stats.first_unknown_line;
+  stats["first_unknown_column"] = r.stats.first_unknown_column;
   return nb::make_tuple(streams, errors_to_dict(std::move(r.errors)), stats);
 }
 
-nb::tuple parse_buffer(ByteArray data, int64_t base, OffsetArray starts, OffsetArray ends, int mode,
-                const std::vector<AliasSpec>& aliases, bool double_precision, bool sort_sparse) {
+// Reads [start, end) of the file and parses the sequences [starts[i], ends[i]) (relative to start).
+nb::tuple parse_file(int fd, int64_t start, int64_t end, int64_t first_line, OffsetArray starts, OffsetArray ends,
+                     int mode, const std::vector<AliasSpec>& aliases, bool double_precision, bool sort_sparse) {
   if (starts.shape(0) != ends.shape(0)) throw nb::value_error("starts and ends differ in length");
+  if (mode < 0 || mode > 2) throw nb::value_error("mode must be 0 (line), 1 (numeric) or 2 (text)");
+  if (fd < 0 || start < 0 || end < start) throw nb::value_error("invalid file range");
   const int64_t n = static_cast<int64_t>(starts.shape(0));
-  const int64_t size = static_cast<int64_t>(data.shape(0));
+  const int64_t size = end - start;
   for (int64_t i = 0; i < n; ++i) {
     if (starts.data()[i] < 0 || starts.data()[i] > ends.data()[i] || ends.data()[i] > size)
-      throw nb::value_error("sequence byte range outside the buffer");
+      throw nb::value_error("sequence byte range outside the chunk");
   }
   ParseOptions options;
   options.mode = static_cast<IdMode>(mode);
   options.aliases = to_aliases(aliases);
   options.sort_sparse = sort_sparse;
-  const char* bytes = reinterpret_cast<const char*>(data.data());
-  if (double_precision) return parse_typed<double>(bytes, size, base, starts.data(), ends.data(), n, options);
-  return parse_typed<float>(bytes, size, base, starts.data(), ends.data(), n, options);
-}
-
-nb::ndarray<nb::numpy, int64_t> chunk(OffsetArray offsets, OffsetArray ends, int64_t limit) {
-  std::vector<int64_t> starts;
+  std::vector<char> buffer(static_cast<size_t>(size));
   {
     nb::gil_scoped_release release;
-    starts = chunk_starts(offsets.data(), ends.data(), static_cast<int64_t>(offsets.shape(0)), limit);
+    read_exact(fd, start, size, buffer.data());
+    if (buffer.empty() || buffer.back() != '\n') buffer.push_back('\n');  // the final row without a newline
   }
-  return to_numpy(std::move(starts));
+  if (double_precision) return parse_typed<double>(buffer, start, first_line, starts.data(), ends.data(), n, options);
+  return parse_typed<float>(buffer, start, first_line, starts.data(), ends.data(), n, options);
 }
 
 nb::tuple compat_order(const std::vector<int64_t>& units_per_chunk, const std::vector<int64_t>& samples_per_chunk,
                        int64_t window, bool sample_window, uint64_t seed) {
-  cntkio::randomizer::CompatOrder r;
+  if (units_per_chunk.size() != samples_per_chunk.size()) throw nb::value_error("chunk lists differ in length");
+  if (units_per_chunk.empty()) throw nb::value_error("no chunks");
+  for (size_t i = 0; i < units_per_chunk.size(); ++i) {
+    if (units_per_chunk[i] <= 0 || samples_per_chunk[i] < 0) throw nb::value_error("a chunk has no units");
+  }
+  if (window < 0) throw nb::value_error("window must be >= 0");
+  randomizer::CompatOrder r;
   {
     nb::gil_scoped_release release;
-    r = cntkio::randomizer::compat_block_order(units_per_chunk, samples_per_chunk, window, sample_window, seed);
+    r = randomizer::compat_block_order(units_per_chunk, samples_per_chunk, window, sample_window, seed);
   }
   return nb::make_tuple(to_numpy(std::move(r.units)), to_numpy(std::move(r.chunk_order)),
                         to_numpy(std::move(r.window_begin)), to_numpy(std::move(r.window_end)));
 }
 
+// ------------------------------------------------------------------------------------------ assembly
+
+struct StreamLayout {
+  assemble::ColumnSpec spec;
+  nb::dlpack::dtype dtype;
+};
+
+// The loaded chunks of one reader, by table chunk, and the layout every chunk must have.
+class ChunkSlots {
+ public:
+  ChunkSlots(const std::vector<std::tuple<bool, int64_t, char, int64_t>>& layout, int64_t count) {
+    if (count < 0) throw nb::value_error("negative slot count");
+    for (const auto& [sparse, width, kind, itemsize] : layout) {
+      if (width <= 0 || itemsize <= 0 || itemsize > 16) throw nb::value_error("invalid stream layout");
+      nb::dlpack::dtype dtype{};
+      dtype.code = static_cast<uint8_t>(kind == 'f' ? nb::dlpack::dtype_code::Float
+                                        : kind == 'i' ? nb::dlpack::dtype_code::Int
+                                        : kind == 'u' ? nb::dlpack::dtype_code::UInt
+                                        : kind == 'b' ? nb::dlpack::dtype_code::Bool
+                                                      : throw nb::value_error("unsupported dtype kind"));
+      dtype.bits = static_cast<uint8_t>(itemsize * 8);
+      dtype.lanes = 1;
+      layout_.push_back({{sparse, width, itemsize}, dtype});
+      specs_.push_back({sparse, width, itemsize});
+    }
+    slots_.resize(static_cast<size_t>(count));
+  }
+
+  // Loads a chunk into slot `index`: per stream (values, seq_offsets, indices or None, indptr or None).
+  void load(int64_t index, const nb::list& columns, int64_t sequences, std::optional<FlagArray> bad, int64_t row0,
+            std::optional<OffsetArray> frame_starts) {
+    check_index(index);
+    if (nb::len(columns) != layout_.size()) throw nb::value_error("wrong number of streams in the chunk");
+    auto holder = std::make_shared<std::vector<nb::object>>();
+    auto chunk = std::make_shared<assemble::Chunk>();
+    chunk->sequences = sequences;
+    for (size_t s = 0; s < layout_.size(); ++s) {
+      nb::tuple column = nb::cast<nb::tuple>(columns[s]);
+      if (nb::len(column) != 4) throw nb::value_error("a column is (values, seq_offsets, indices, indptr)");
+      const StreamLayout& layout = layout_[s];
+      AnyArray values = nb::cast<AnyArray>(column[0]);
+      OffsetArray seq_offsets = nb::cast<OffsetArray>(column[1]);
+      if (values.dtype() != layout.dtype) throw nb::value_error(("stream " + std::to_string(s) + ": wrong dtype").c_str());
+      if (seq_offsets.shape(0) != static_cast<size_t>(sequences + 1))
+        throw nb::value_error(("stream " + std::to_string(s) + ": need one sequence offset per sequence, plus one").c_str());
+      assemble::Column c;
+      c.sparse = layout.spec.sparse;
+      c.width = layout.spec.width;
+      c.itemsize = layout.spec.itemsize;
+      c.values = static_cast<const char*>(values.data());
+      c.seq_offsets = seq_offsets.data();
+      if (c.sparse) {
+        IndexArray indices = nb::cast<IndexArray>(column[2]);
+        OffsetArray indptr = nb::cast<OffsetArray>(column[3]);
+        if (values.ndim() != 1 || indices.shape(0) != values.shape(0) || indptr.shape(0) == 0)
+          throw nb::value_error(("stream " + std::to_string(s) + ": malformed CSR arrays").c_str());
+        c.indices = indices.data();
+        c.indptr = indptr.data();
+        c.samples = static_cast<int64_t>(indptr.shape(0)) - 1;
+        c.nnz = static_cast<int64_t>(values.shape(0));
+      } else {
+        if (values.ndim() != 2 || static_cast<int64_t>(values.shape(1)) != c.width)
+          throw nb::value_error(("stream " + std::to_string(s) + ": dense values must be (samples, width)").c_str());
+        c.samples = static_cast<int64_t>(values.shape(0));
+      }
+      for (int k = 0; k < 4; ++k) holder->push_back(nb::borrow(column[k]));
+      chunk->columns.push_back(c);
+    }
+    if (bad) chunk->bad.assign(bad->data(), bad->data() + bad->shape(0));
+    chunk->owner = std::shared_ptr<void>(new std::shared_ptr<std::vector<nb::object>>(holder), [](void* p) {
+      nb::gil_scoped_acquire acquire;
+      delete static_cast<std::shared_ptr<std::vector<nb::object>>*>(p);
+    });
+    {
+      nb::gil_scoped_release release;
+      try {
+        assemble::validate(*chunk, specs_);
+      } catch (const std::invalid_argument& e) {
+        nb::gil_scoped_acquire acquire;
+        throw nb::value_error(e.what());
+      }
+    }
+    assemble::Slot slot;
+    slot.chunk = chunk;
+    slot.row0 = row0;
+    if (row0 < 0 || row0 > sequences) throw nb::value_error("row0 outside the chunk");
+    if (frame_starts) slot.frame_starts.assign(frame_starts->data(), frame_starts->data() + frame_starts->shape(0));
+    slots_[index] = std::move(slot);
+  }
+
+  void clear(int64_t index) {
+    check_index(index);
+    slots_[index] = assemble::Slot{};
+  }
+
+  bool loaded(int64_t index) const {
+    check_index(index);
+    return slots_[index].chunk != nullptr;
+  }
+
+  size_t size() const { return slots_.size(); }
+
+  nb::tuple gather(IndexArray chunk, OffsetArray unit, std::optional<OffsetArray> offset,
+                   std::optional<OffsetArray> count, int kind) {
+    const size_t n = chunk.shape(0);
+    if (unit.shape(0) != n) throw nb::value_error("chunk and unit arrays differ in length");
+    if (kind < 0 || kind > 2) throw nb::value_error("kind must be 0 (sequences), 1 (frames) or 2 (pieces)");
+    if (kind == 2 && (!offset || !count || offset->shape(0) != n || count->shape(0) != n))
+      throw nb::value_error("pieces need offset and count arrays of the same length");
+    // Hold every referenced chunk while the GIL is released (slots may change meanwhile).
+    std::vector<std::shared_ptr<const assemble::Chunk>> held;
+    std::vector<assemble::Slot> used(slots_.size());
+    std::vector<const assemble::Slot*> pointers(slots_.size(), nullptr);
+    for (size_t i = 0; i < n; ++i) {
+      const int32_t c = chunk.data()[i];
+      if (c < 0 || static_cast<size_t>(c) >= slots_.size()) throw nb::value_error("chunk index out of range");
+      if (pointers[c] == nullptr) {
+        if (!slots_[c].chunk) throw nb::value_error("a minibatch refers to a chunk that is not loaded");
+        used[c] = slots_[c];
+        pointers[c] = &used[c];
+      }
+    }
+    assemble::Request request;
+    request.chunk = chunk.data();
+    request.unit = unit.data();
+    request.offset = kind == 2 ? offset->data() : nullptr;
+    request.count = kind == 2 ? count->data() : nullptr;
+    request.n = static_cast<int64_t>(n);
+    request.kind = static_cast<assemble::UnitKind>(kind);
+    assemble::GatherResult r;
+    std::string failure;
+    {
+      nb::gil_scoped_release release;
+      try {
+        r = assemble::gather(pointers, request, specs_);
+      } catch (const std::invalid_argument& e) {
+        failure = e.what();
+      }
+    }
+    if (!failure.empty()) throw nb::value_error(failure.c_str());
+    if (r.short_unit >= 0) return nb::make_tuple(nb::none(), nb::none(), nb::make_tuple(r.short_unit, r.short_stream, r.short_row));
+    nb::list streams;
+    for (size_t s = 0; s < layout_.size(); ++s) {
+      assemble::StreamOut& out = r.streams[s];
+      const StreamLayout& layout = layout_[s];
+      const size_t itemsize = static_cast<size_t>(layout.spec.itemsize);
+      if (layout.spec.sparse) {
+        const size_t entries = out.values.size() / itemsize;
+        streams.append(nb::make_tuple(bytes_to_numpy(std::move(out.values), layout.dtype, {entries}),
+                                      to_numpy(std::move(out.lengths)), to_numpy(std::move(out.indices)),
+                                      to_numpy(std::move(out.indptr))));
+      } else {
+        const size_t width = static_cast<size_t>(layout.spec.width);
+        const size_t samples = out.values.size() / (itemsize * width);
+        streams.append(nb::make_tuple(bytes_to_numpy(std::move(out.values), layout.dtype, {samples, width}),
+                                      to_numpy(std::move(out.lengths)), nb::none(), nb::none()));
+      }
+    }
+    nb::object keep = r.keep.empty() ? nb::none() : nb::cast(to_numpy(std::move(r.keep)));
+    return nb::make_tuple(streams, keep, nb::none());
+  }
+
+ private:
+  void check_index(int64_t index) const {
+    if (index < 0 || static_cast<size_t>(index) >= slots_.size()) throw nb::index_error("slot index out of range");
+  }
+
+  std::vector<StreamLayout> layout_;
+  std::vector<assemble::ColumnSpec> specs_;
+  std::vector<assemble::Slot> slots_;
+};
+
 }  // namespace
 
 NB_MODULE(_native, m) {
-  m.doc() = "Native CTF indexer and parser of cntkio.";
-  m.def("ctf_index", &index_buffer, "data"_a, "begin"_a, "first_line"_a, "mode"_a, "aliases"_a,
-        "defining_stream"_a, "count_lines"_a, "keep_empty_lines"_a, "require_all_inputs"_a,
-        "release_mapped_pages"_a = false,
-        "Index the sequences of a CTF buffer (GIL released).");
-  m.def("ctf_parse", &parse_buffer, "data"_a, "base"_a, "starts"_a, "ends"_a, "mode"_a, "aliases"_a,
-        "double_precision"_a, "sort_sparse"_a,
-        "Parse CTF sequences into flat NumPy buffers (GIL released).");
-  m.def("ctf_chunk_starts", &chunk, "offsets"_a, "ends"_a, "limit"_a,
-        "First sequence of each chunk under a byte budget.");
+  m.doc() = "Native core of cntkio: CTF indexer and parser, minibatch assembly, CNTK block randomization.";
+  nb::exception<ShortRead>(m, "ShortRead", PyExc_EOFError);
+  m.def("ctf_index", &index_ctf, "fd"_a, "size"_a, "force_line_mode"_a, "aliases"_a, "defining_stream"_a,
+        "count_lines"_a, "keep_empty_lines"_a, "require_all_inputs"_a, "chunk_size"_a,
+        "Index the CTF file open as fd, reading it with pread (GIL released).");
+  m.def("ctf_parse", &parse_file, "fd"_a, "start"_a, "end"_a, "first_line"_a, "starts"_a, "ends"_a, "mode"_a,
+        "aliases"_a, "double_precision"_a, "sort_sparse"_a,
+        "Read bytes [start, end) of the file and parse the given sequences into flat NumPy buffers (GIL released).");
   m.def("compat_block_order", &compat_order, "units_per_chunk"_a, "samples_per_chunk"_a, "window"_a,
         "sample_window"_a, "seed"_a,
         "CNTK's BlockRandomizer order of one sweep (MT19937-64): (units, chunk_order, window_begin, window_end).");
+  nb::class_<ChunkSlots>(m, "ChunkSlots")
+      .def(nb::init<const std::vector<std::tuple<bool, int64_t, char, int64_t>>&, int64_t>(), "layout"_a, "count"_a)
+      .def("load", &ChunkSlots::load, "index"_a, "columns"_a, "sequences"_a, "bad"_a.none(), "row0"_a,
+           "frame_starts"_a.none())
+      .def("clear", &ChunkSlots::clear, "index"_a)
+      .def("loaded", &ChunkSlots::loaded, "index"_a)
+      .def("__len__", &ChunkSlots::size)
+      .def("gather", &ChunkSlots::gather, "chunk"_a, "unit"_a, "offset"_a.none(), "count"_a.none(), "kind"_a);
 }

@@ -2,29 +2,26 @@
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import functools
 import logging
-import mmap
 import os
-from collections.abc import Iterator
+import stat
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .. import _native
-from ..deserializer import ChunkIndex, DenseStream, Deserializer, SparseStream, StreamData
+from ..deserializer import ChunkIndex, DenseStream, Deserializer, ParsedChunk, SequenceIndex, SparseStream
 from ..errors import ConfigError, ErrorBudget, FormatError, Location
+from ..keys import KeyColumn, NumericKeys, TextKeys
 from ..streams import StreamInformation, iter_stream_defs
 
 logger = logging.getLogger("cntkio")
 
 DEFAULT_CHUNK_SIZE_IN_BYTES = 32 * 1024 * 1024
 MAX_SPARSE_DIM = 2**31 - 1
-_WHITESPACE = b" \t\n\v\f\r"
-_UTF8_BOM = b"\xef\xbb\xbf"
 
 
 class IdMode(enum.IntEnum):
@@ -95,6 +92,9 @@ def _streams_from_defs(streams: Any) -> list[_Stream]:
 class CTFDeserializer(Deserializer):
     """Reads a CTF file (``cntk.io.CTFDeserializer`` with every option of CNTK's text reader).
 
+    The file stays open from indexing on: chunks are read from it with ``pread``, and a file changed in
+    place (size or modification time) since it was indexed is an error, never other data under old keys.
+
     Args:
         filename: path of the CTF file.
         streams: ``StreamDefs(name=StreamDef(field=alias, shape=dim, is_sparse=...))``.
@@ -107,6 +107,11 @@ class CTFDeserializer(Deserializer):
         optional_inputs: allow a stream to be absent from a sequence (zero samples) instead of an error.
         compat: reproduce CNTK's quirks: index length = line count, blank lines are sequences in line
             mode, sparse entries kept unsorted with duplicates, errors counted on every re-read.
+
+    Example::
+
+        reader = CTFDeserializer("train.ctf", StreamDefs(x=StreamDef(field="x", shape=3)))
+        chunk = reader.get_chunk(0)       # {"x": DenseStream(values, seq_offsets)}
     """
 
     def __init__(
@@ -150,93 +155,103 @@ class CTFDeserializer(Deserializer):
         ]
         self._aliases = [(s.alias, s.sparse, s.dim) for s in self._streams]
         self._noted_chunks: set[int] = set()  # chunks whose warnings were logged (once, not every sweep)
-        self._build_index(self._map_file())  # the map is dropped afterwards: chunks are read with pread
+        self._fd = -1
+        self._fd = self._open()
+        try:
+            self._build_index()
+        except BaseException:
+            self.close()
+            raise
 
     # ----------------------------------------------------------------------------------- index
-    def _map_file(self) -> np.ndarray:
+    def _open(self) -> int:
         try:
-            size = os.path.getsize(self.filename)
+            fd = os.open(self.filename, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except OSError as e:
             raise FileNotFoundError(f"cannot open CTF file '{self.filename}': {e.strerror}") from e
-        if size == 0:
-            raise FormatError("input file is empty", Location(self.filename, 0))
-        self.file_size = size
-        return np.memmap(self.filename, dtype=np.uint8, mode="r")
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            os.close(fd)
+            kind = (
+                "a FIFO" if stat.S_ISFIFO(info.st_mode)
+                else "a character device" if stat.S_ISCHR(info.st_mode)
+                else "a directory" if stat.S_ISDIR(info.st_mode)
+                else "a socket" if stat.S_ISSOCK(info.st_mode)
+                else "a block device" if stat.S_ISBLK(info.st_mode)
+                else "not a regular file"
+            )  # fmt: skip
+            raise FormatError(f"input is {kind}, not a regular file; CTF is read by offset", Location(self.filename, 0))
+        self.file_size = info.st_size
+        self._identity = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+        if info.st_size == 0:
+            os.close(fd)
+            raise FormatError("input file is empty", Location(self.filename, 0, 1, 1))
+        return fd
 
-    def _skip_preamble(self, data: np.ndarray) -> tuple[int, int]:
-        """Returns (offset of the first data byte, its 0-based line) past a BOM and leading blanks."""
-        head = bytes(data[:3])
-        if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
-            raise FormatError("UTF-16 input is not supported (found a UTF-16 byte order mark)", self._at(0))
-        begin = 3 if head == _UTF8_BOM else 0
-        first_line = 0
-        window = 1 << 16
-        while begin < len(data):
-            block = np.asarray(data[begin : begin + window])
-            blank = np.isin(block, np.frombuffer(_WHITESPACE, np.uint8))
-            if not blank.all():
-                skipped = int(np.argmin(blank))
-                first_line += int(np.count_nonzero(block[:skipped] == 10))
-                return begin + skipped, first_line
-            first_line += int(np.count_nonzero(block == 10))
-            begin += len(block)
-        raise FormatError("input file holds only whitespace", self._at(0))
-
-    def _build_index(self, data: np.ndarray) -> None:
-        begin, first_line = self._skip_preamble(data)
-        first = data[begin]
-        if self.skip_sequence_ids or first == ord("|"):
-            self.id_mode = IdMode.LINE
-        elif ord("0") <= first <= ord("9"):
-            self.id_mode = IdMode.NUMERIC
-        else:
-            self.id_mode = IdMode.TEXT
+    def _build_index(self) -> None:
         defining = next((i for i, s in enumerate(self._streams) if s.defines_mb_size), -1)
         index = _native.ctf_index(
-            data,
-            begin,
-            first_line,
-            int(self.id_mode),
+            self._fd,
+            self.file_size,
+            self.skip_sequence_ids,
             self._aliases,
             defining,
             self.compat,
             self.compat,
             not self.optional_inputs,
-            isinstance(data, np.memmap),
+            self.chunk_size_in_bytes,
         )
         if index["fatal"]:
-            raise FormatError(index["fatal"], self._at(int(index["fatal_offset"])))
+            location = Location(
+                self.filename, int(index["fatal_offset"]), int(index["fatal_line"]) or None,
+                int(index["fatal_column"]) or None,
+            )  # fmt: skip
+            raise FormatError(index["fatal"], location)
+        self._check_unchanged("indexed")
+        self.id_mode = IdMode(int(index["mode"]))
         self._offsets: np.ndarray = index["offsets"]
         self._ends: np.ndarray = index["ends"]
-        self._first_lines: np.ndarray = index["first_lines"]
-        self._keys = self._decode_keys(index, data)
-        self._report(index["errors"], sequence_base=0)
-        valid = index["valid"].astype(bool)
-        if not valid.all():
-            self._offsets, self._ends = self._offsets[valid], self._ends[valid]
-            self._first_lines = self._first_lines[valid]
-            self._keys = (
-                self._keys[valid]
-                if isinstance(self._keys, np.ndarray)
-                else ([k for k, v in zip(self._keys, valid) if v])
-            )
-        self._lengths: np.ndarray = index["lengths"][valid]
+        lengths: np.ndarray = index["lengths"]
+        self._keys: KeyColumn = (
+            TextKeys(index["key_blob"], index["key_offsets"]) if self.id_mode == IdMode.TEXT
+            else NumericKeys(index["keys"])
+        )  # fmt: skip
+        self._chunk_first_lines: np.ndarray = index["chunk_first_lines"]
+        self._index = SequenceIndex(index["chunk_starts"], lengths, self._keys)
+        self._report_index_errors(index["errors"], index["error_keys"])
         self.total_lines = int(index["total_lines"])
         self.dropped_lines = int(index["dropped_lines"])
         self.dropped_sequences = int(index["dropped_sequences"])
+        self.repeated_ids = int(index["repeated_keys"])
         if len(self._offsets) == 0:
-            raise FormatError("no sequence with data for the configured streams", self._at(begin))
+            raise FormatError(
+                "no sequence with data for the configured streams", Location(self.filename, int(index["begin"]))
+            )
         self._warn_about_index()
-        starts = _native.ctf_chunk_starts(self._offsets, self._ends, self.chunk_size_in_bytes)
-        self._chunk_bounds = np.append(starts, len(self._offsets)).astype(np.int64)
 
-    def _decode_keys(self, index: dict[str, Any], data: np.ndarray) -> Any:
-        if self.id_mode != IdMode.TEXT:
-            return index["keys"]
-        return [
-            bytes(data[o : o + n]).decode("utf-8", "backslashreplace")
-            for o, n in zip(index["offsets"].tolist(), index["key_lengths"].tolist())
-        ]
+    def _check_unchanged(self, since: str) -> None:
+        """Raises if the open file's size or modification time changed (it is rewritten in place)."""
+        info = os.fstat(self._fd)
+        if (info.st_size, info.st_mtime_ns) != self._identity[2:]:
+            raise FormatError(
+                f"the file changed since it was {since} (size {self._identity[2]} -> {info.st_size} bytes or a new "
+                "modification time); reopen it to read the new contents",
+                Location(self.filename, min(info.st_size, self._identity[2])),
+            )
+
+    def _report_index_errors(self, errors: dict[str, np.ndarray], keys: list[bytes]) -> None:
+        for number, (offset, kind, stream, line, column) in enumerate(
+            zip(errors["offset"].tolist(), errors["kind"].tolist(), errors["stream"].tolist(),
+                errors["line"].tolist(), errors["column"].tolist())
+        ):  # fmt: skip
+            spec = self._streams[stream] if stream >= 0 else None
+            text = keys[number].decode("utf-8", "backslashreplace")
+            key: Any = text if self.id_mode == IdMode.TEXT else int(text)
+            error = FormatError(
+                _describe(ErrorKind(kind), -1, spec),
+                Location(self.filename, offset, line, column, key, spec.alias if spec else None),
+            )
+            self.errors.add((offset, kind, stream), functools.partial(_same, error))
 
     def _warn_about_index(self) -> None:
         if self.trace_level < 1:
@@ -245,45 +260,42 @@ class CTFDeserializer(Deserializer):
             logger.warning(
                 "%s: %d sequence(s) without the defining stream were skipped", self.filename, self.dropped_sequences
             )
-        keys = np.asarray(self._keys) if self.id_mode != IdMode.LINE else None
-        if keys is not None and len(keys) > 1:
-            unique = np.unique(keys)
-            if len(unique) != len(keys):
-                logger.warning(
-                    "%s: %d sequence id(s) appear in more than one place (ids should be unique)",
-                    self.filename,
-                    len(keys) - len(unique),
-                )
+        if self.repeated_ids:
+            logger.warning(
+                "%s: %d sequence id(s) appear in more than one place (ids should be unique)",
+                self.filename,
+                self.repeated_ids,
+            )
 
     # ------------------------------------------------------------------------------- protocol
     def stream_infos(self) -> list[StreamInformation]:
         return list(self._infos)
 
     def num_chunks(self) -> int:
-        return len(self._chunk_bounds) - 1
+        return len(self._index.chunk_starts) - 1
 
     def chunk_index(self, chunk_id: int) -> ChunkIndex:
         a, b = self._chunk_range(chunk_id)
-        return ChunkIndex(chunk_id, self._keys[a:b], self._lengths[a:b])
+        return ChunkIndex(chunk_id, self._keys.slice(a, b).take(np.arange(b - a)), self._index.lengths[a:b])
 
-    def sequence_lengths(self) -> np.ndarray:
-        return self._lengths
+    def sequence_index(self) -> SequenceIndex:
+        return self._index
 
-    def chunk_sequence_counts(self) -> np.ndarray:
-        return np.diff(self._chunk_bounds)
+    def fingerprint(self) -> list[Any]:
+        return [type(self).__name__, os.path.basename(self.filename), self._identity[2], self._identity[3]]
 
-    def sequence_keys(self, sequence_ids: np.ndarray) -> list[Any]:
-        if isinstance(self._keys, np.ndarray):
-            return self._keys[sequence_ids].tolist()  # type: ignore[no-any-return]
-        return [self._keys[i] for i in sequence_ids.tolist()]
-
-    def get_chunk(self, chunk_id: int) -> dict[str, StreamData]:
+    def get_chunk(self, chunk_id: int) -> ParsedChunk:
         a, b = self._chunk_range(chunk_id)
         start, end = int(self._offsets[a]), int(self._ends[b - 1])
-        with self._chunk_bytes(start, end) as buffer:
+        if self._fd < 0:
+            raise ValueError(f"{self.filename}: the deserializer is closed")
+        self._check_unchanged("indexed")
+        try:
             streams, errors, stats = _native.ctf_parse(
-                buffer,
+                self._fd,
                 start,
+                end,
+                int(self._chunk_first_lines[chunk_id]),
                 self._offsets[a:b] - start,
                 self._ends[a:b] - start,
                 int(self.id_mode),
@@ -291,33 +303,45 @@ class CTFDeserializer(Deserializer):
                 self.dtype == np.float64,
                 not self.compat,
             )
-            del buffer  # the map closes when the block ends
-        self._report(errors, sequence_base=a)
+        except _native.ShortRead:
+            raise FormatError(
+                "the file is shorter than when it was indexed (truncated while being read?)",
+                Location(self.filename, end),
+            ) from None
+        invalid = None
+        if len(errors["offset"]):
+            self._report(errors, sequence_base=a)
+            invalid = np.zeros(b - a, dtype=np.uint8)
+            invalid[errors["sequence"]] = 1
         if chunk_id not in self._noted_chunks:
             self._noted_chunks.add(chunk_id)
-            self._log_notes(stats, start, int(self._first_lines[a]))
-        return self._chunk(streams)
+            self._log_notes(stats)
+        return self._chunk(streams, invalid)
 
-    def _log_notes(self, stats: dict[str, int], start: int, first_line: int) -> None:
+    def _log_notes(self, stats: dict[str, int]) -> None:
         """Logs a chunk's zero-padded samples (warning) and skipped unknown inputs (info)."""
         if self.trace_level >= 1 and stats["padded_samples"]:
             logger.warning(
                 "%s: %d dense sample(s) had fewer values than their dimension and were zero-padded (first: %s)",
                 self.filename,
                 stats["padded_samples"],
-                self._at(stats["first_padded_offset"], start, first_line),
-            )
+                Location(self.filename, stats["first_padded_offset"], stats["first_padded_line"],
+                         stats["first_padded_column"]),
+            )  # fmt: skip
         if self.trace_level >= 2 and stats["unknown_inputs"]:
             logger.info(
                 "%s: skipped %d sample(s) of inputs not in the configuration (first: %s)",
                 self.filename,
                 stats["unknown_inputs"],
-                self._at(stats["first_unknown_offset"], start, first_line),
-            )
+                Location(self.filename, stats["first_unknown_offset"], stats["first_unknown_line"],
+                         stats["first_unknown_column"]),
+            )  # fmt: skip
 
-    def _chunk(self, streams: list[tuple[np.ndarray, ...]]) -> dict[str, StreamData]:
-        chunk: dict[str, StreamData] = {}
+    def _chunk(self, streams: list[tuple[np.ndarray, ...]], invalid: np.ndarray | None) -> ParsedChunk:
+        chunk = ParsedChunk(invalid=invalid)
         for stream, arrays in zip(self._streams, streams):
+            for array in arrays:
+                array.flags.writeable = False
             if stream.sparse:
                 values, indices, indptr, seq_offsets = arrays
                 chunk[stream.name] = SparseStream(values, indices, indptr, seq_offsets, stream.dim)
@@ -326,89 +350,55 @@ class CTFDeserializer(Deserializer):
                 chunk[stream.name] = DenseStream(values, seq_offsets)
         return chunk
 
-    @contextlib.contextmanager
-    def _chunk_bytes(self, start: int, end: int) -> Iterator[np.ndarray]:
-        """The bytes of a chunk: a private map whose page tables are filled at once (no page fault per
-        page, no copy out of the page cache) where the OS offers it, else a read into a new buffer."""
-        populate = getattr(mmap, "MAP_POPULATE", 0)
-        if not populate:
-            yield self._read(start, end)
-            return
-        aligned = start - start % mmap.ALLOCATIONGRANULARITY
-        with open(self.filename, "rb") as f:
-            if os.fstat(f.fileno()).st_size < end:
-                raise FormatError("file is shorter than when it was indexed (truncated?)", Location(self.filename, end))
-            mapped = mmap.mmap(
-                f.fileno(), end - aligned, flags=mmap.MAP_PRIVATE | populate, prot=mmap.PROT_READ, offset=aligned
-            )
-        try:
-            view = np.frombuffer(mapped, dtype=np.uint8)[start - aligned :]
-            yield view
-            del view
-        finally:
-            with contextlib.suppress(BufferError):  # still referenced (an error unwinding): unmapped by GC
-                mapped.close()
-
-    def _read(self, start: int, end: int) -> np.ndarray:
-        """Reads a byte range into a fresh buffer (faster to parse than a memory map, and thread-safe)."""
-        buffer = np.empty(end - start, dtype=np.uint8)
-        with open(self.filename, "rb", buffering=0) as f:
-            view = buffer.data
-            done = 0
-            while done < len(buffer):
-                n = os.preadv(f.fileno(), [view[done:]], start + done)
-                if n == 0:
-                    raise FormatError(
-                        "file is shorter than when it was indexed (truncated?)", Location(self.filename, start + done)
-                    )
-                done += n
-        return buffer
-
     def _chunk_range(self, chunk_id: int) -> tuple[int, int]:
         if not 0 <= chunk_id < self.num_chunks():
             raise IndexError(f"chunk {chunk_id} out of range (0..{self.num_chunks() - 1})")
-        return int(self._chunk_bounds[chunk_id]), int(self._chunk_bounds[chunk_id + 1])
+        starts = self._index.chunk_starts
+        return int(starts[chunk_id]), int(starts[chunk_id + 1])
+
+    def close(self) -> None:
+        """Closes the file (reading a chunk afterwards raises)."""
+        if getattr(self, "_fd", -1) >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __del__(self) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        raise TypeError("a CTFDeserializer holds an open file and cannot be pickled; pickle a function that builds it")
 
     # --------------------------------------------------------------------------------- errors
     def _report(self, errors: dict[str, np.ndarray], sequence_base: int) -> None:
-        for offset, kind, stream, sequence in zip(
+        for offset, kind, stream, sequence, line, column, byte in zip(
             errors["offset"].tolist(),
             errors["kind"].tolist(),
             errors["stream"].tolist(),
             errors["sequence"].tolist(),
+            errors["line"].tolist(),
+            errors["column"].tolist(),
+            errors["byte"].tolist(),
         ):
-            build = functools.partial(self._error, offset, ErrorKind(kind), stream, sequence + sequence_base)
+            build = functools.partial(
+                self._error, offset, ErrorKind(kind), stream, sequence + sequence_base, line, column, byte
+            )
             self.errors.add((offset, kind, stream), build)
 
-    def _error(self, offset: int, kind: ErrorKind, stream: int, sequence_index: int) -> FormatError:
+    def _error(
+        self, offset: int, kind: ErrorKind, stream: int, sequence_index: int, line: int, column: int, byte: int
+    ) -> FormatError:
         spec = self._streams[stream] if stream >= 0 else None
-        location = self._at(
-            offset,
-            int(self._offsets[sequence_index]),
-            int(self._first_lines[sequence_index]),
-            self._keys[sequence_index],
-            spec.alias if spec else None,
+        location = Location(
+            self.filename, offset, line, column, self._keys[sequence_index], spec.alias if spec else None
         )
-        byte = bytes(self._read(offset, min(offset + 1, self.file_size)))
         return FormatError(_describe(kind, byte, spec), location)
-
-    def _at(
-        self, offset: int, from_offset: int = 0, from_line: int = 0, key: Any = None, input_name: str | None = None
-    ) -> Location:
-        """Location of a byte offset; the 1-based line is counted from a known line start."""
-        if offset < 0:
-            return Location(self.filename, offset)
-        newlines = np.flatnonzero(self._read(from_offset, offset) == 10)
-        line = from_line + len(newlines) + 1
-        line_start = from_offset + int(newlines[-1]) + 1 if len(newlines) else from_offset
-        return Location(self.filename, offset, line, offset - line_start + 1, key, input_name)
 
     def describe(self) -> dict[str, Any]:
         """Summary of the index (for ``cntkio inspect``)."""
         return {
             "file": self.filename,
             "mode": self.id_mode.name.lower(),
-            "sequences": len(self._lengths),
+            "sequences": len(self._index.lengths),
             "chunks": self.num_chunks(),
             "lines": self.total_lines,
             "skipped_lines": self.dropped_lines,
@@ -416,9 +406,13 @@ class CTFDeserializer(Deserializer):
         }
 
 
-def _describe(kind: ErrorKind, byte: bytes, stream: _Stream | None) -> str:
-    """Human-readable reason of a bad record, quoting the byte at its offset (empty at the end)."""
-    shown = repr(byte.decode("latin-1")) if byte else "end of sequence"
+def _same(error: FormatError) -> FormatError:
+    return error
+
+
+def _describe(kind: ErrorKind, byte: int, stream: _Stream | None) -> str:
+    """Human-readable reason of a bad record, quoting the byte at its offset (-1 at the end of a line)."""
+    shown = repr(chr(byte)) if byte >= 0 else "end of line"
     dim = stream.dim if stream else 0
     reasons = {
         ErrorKind.BAD_NUMBER: f"malformed number: unexpected {shown}",

@@ -1,0 +1,86 @@
+"""Minibatch assembly: one native gather per minibatch copies the selected units (sequences, frames or
+BPTT pieces) from the loaded chunks into fresh flat buffers; Python wraps them as MinibatchData."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from .chunk_cache import ChunkCache
+from .corpus import Corpus
+from .errors import CNTKIOError
+from .keys import shorten
+from .minibatch import Minibatch, MinibatchData, Provenance
+
+logger = logging.getLogger("cntkio")
+
+SEQUENCES, FRAMES, PIECES = 0, 1, 2
+
+
+class Assembler:
+    """Builds minibatches of a corpus from its chunk cache."""
+
+    def __init__(self, corpus: Corpus, cache: ChunkCache):
+        self.corpus = corpus
+        self.cache = cache
+        self.kind = FRAMES if corpus.frame_mode else SEQUENCES
+        self.infos = corpus.streams
+        self.invalid_units = 0  # units skipped because a counted error left their sequence short
+
+    def minibatch(
+        self,
+        units: np.ndarray,
+        chunks: np.ndarray,
+        end_of_sweep: bool,
+        pieces: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+        num_rows: int = 0,
+    ) -> Minibatch:
+        """Gathers ``units`` (global ids, with their table chunks). ``pieces`` = (offsets, counts, row of
+        each piece) for truncated BPTT: then every row of the result holds the pieces of one slot."""
+        local = units - self.corpus.unit_starts[chunks]
+        if pieces is None:
+            streams, keep, short = self.cache.slots.gather(chunks, local, None, None, self.kind)
+        else:
+            streams, keep, short = self.cache.slots.gather(chunks, local, pieces[0], pieces[1], PIECES)
+        if short is not None:
+            self._raise_short(units, *short)
+        if keep is not None:
+            kept = keep.astype(bool)
+            self.invalid_units += int(len(kept) - np.count_nonzero(kept))
+            logger.warning("skipped %d unit(s) of sequences left short by counted errors", len(kept) - int(kept.sum()))
+            units = units[kept]
+            if pieces is not None:
+                pieces = (pieces[0][kept], pieces[1][kept], pieces[2][kept])
+        provenance = Provenance(self.corpus, units)
+        result = Minibatch()
+        result.provenance = provenance
+        for info, (values, lengths, indices, indptr) in zip(self.infos, streams):
+            if not info.is_sparse and len(info.shape) != 1:
+                values = values.reshape(len(values), *info.shape)
+            starts = None
+            if pieces is not None:
+                lengths, starts = _rows(lengths, pieces[0], pieces[2], num_rows)
+            data = MinibatchData(info, values, lengths, end_of_sweep, indices=indices, indptr=indptr, starts=starts)
+            data.provenance = provenance
+            result[info] = data
+        return result
+
+    def _raise_short(self, units: np.ndarray, unit: int, stream: int, row: int) -> None:
+        source, key, steps = self.corpus.describe_unit(int(units[unit]))
+        info = self.infos[stream]
+        raise CNTKIOError(
+            f"{source}: input '{info.alias or info.name}' of sequence {shorten(key)} has fewer samples than the "
+            f"sequence's {steps} steps; frame mode and truncated BPTT need a sample of every stream at every step"
+        )
+
+
+def _rows(lengths: np.ndarray, offsets: np.ndarray, rows: np.ndarray, num_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row sample counts of BPTT pieces, and per flat sample whether it starts a sequence."""
+    row_lengths = np.bincount(rows, weights=lengths, minlength=num_rows).astype(np.int64)
+    starts = np.zeros(int(lengths.sum()), dtype=bool)
+    first = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=first[1:])
+    begins = (offsets == 0) & (lengths > 0)
+    starts[first[:-1][begins]] = True
+    return row_lengths, starts

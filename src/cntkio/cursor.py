@@ -1,0 +1,274 @@
+"""The read cursor: where a partition stands on the endless timeline of sweeps, and which units it takes next.
+
+The cursor walks the blocks of each sweep's order (:mod:`cntkio.order`). Its state is the sweep, the
+block, the position in the sweep (units) and the sample position of the block, plus, for an elastic
+resume, the *layers* of earlier partitionings of the current sweeps: per earlier partition, the
+position up to which it had read, so that nothing it read is read again.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .arrays import exclusive_cumsum
+from .corpus import Corpus
+from .errors import ConfigError
+from .order import Block, Randomization, SweepOrder
+
+ALL_CONSUMED = 2**62  # a layer cursor past every position: that partition read its whole share
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The units one read takes, in order, with their table chunks and lengths. ``sweep_ends`` lists, for
+    each sweep that ended during the read, how many of the units came before its end."""
+
+    units: np.ndarray
+    chunks: np.ndarray
+    lengths: np.ndarray
+    sweep_ends: list[int]
+
+    def __len__(self) -> int:
+        return len(self.units)
+
+
+@dataclass(frozen=True)
+class _Own:
+    """The units of a block this partition reads: their positions in the block, cumulative lengths."""
+
+    positions: np.ndarray
+    cumulative: np.ndarray  # exclusive cumsum of their lengths
+
+
+class Cursor:
+    """Position of one partition on the timeline, and selection of the units of the next reads."""
+
+    def __init__(self, corpus: Corpus, randomization: Randomization):
+        self.corpus = corpus
+        self.randomization = randomization
+        self.sweep_size = corpus.sweep_size
+        self._orders: OrderedDict[int, SweepOrder] = OrderedDict()
+        self._blocks: OrderedDict[tuple[int, int], Block] = OrderedDict()
+        self._own_cache: dict[Any, _Own] = {}
+        self.sweep = 0
+        self.block = 0
+        self.offset = 0  # position of the next unit inside the block
+        self.unit_base = 0  # position (in units) of the block in its sweep
+        self.sample_base = 0  # sample position of the block in its sweep
+        self.partitioning: tuple[int, int] | None = None
+        self.layers: dict[int, list[tuple[int, list[int]]]] = {}
+
+    # --- orders and blocks -------------------------------------------------------------------------
+    def order(self, sweep: int) -> SweepOrder:
+        order = self._orders.get(sweep)
+        if order is None:
+            order = self._orders[sweep] = SweepOrder(self.corpus, self.randomization, sweep)
+            while len(self._orders) > 2:
+                self._orders.popitem(last=False)
+        return order
+
+    def block_at(self, sweep: int, k: int) -> Block:
+        block = self._blocks.get((sweep, k))
+        if block is None:
+            block = self._blocks[(sweep, k)] = self.order(sweep).block(k)
+            while len(self._blocks) > 4:
+                self._blocks.popitem(last=False)
+        return block
+
+    @property
+    def current_block(self) -> Block:
+        return self.block_at(self.sweep, self.block)
+
+    @property
+    def position(self) -> int:
+        """Global sample position of the next unit."""
+        return self.sweep * self.sweep_size + self.sample_base + int(self.current_block.starts[self.offset])
+
+    @property
+    def unit_position(self) -> int:
+        """Position (in units) of the next unit in its sweep."""
+        return self.unit_base + self.offset
+
+    def _next_block(self) -> bool:
+        """Moves to the start of the next block; returns True when that starts a new sweep."""
+        block = self.current_block
+        self.unit_base += len(block)
+        self.sample_base += block.samples
+        self.block += 1
+        self.offset = 0
+        if self.block < self.order(self.sweep).num_blocks and self.sample_base < self.sweep_size:
+            return False  # (once every sample is read, the blocks left are empty: the sweep has ended)
+        self.layers.pop(self.sweep, None)
+        self.sweep += 1
+        self.block = self.unit_base = self.sample_base = 0
+        return True
+
+    # --- partitions --------------------------------------------------------------------------------
+    def set_partitioning(self, partitions: int, index: int) -> None:
+        """Starts a new partitioning layer when the partition count changes mid-sweep."""
+        current = self.partitioning
+        if current is not None and current[0] != partitions and self.unit_position > 0:
+            # Without the other partitions' cursors, assume they all reached this one's position.
+            self.layers.setdefault(self.sweep, []).append((current[0], [self.unit_position] * current[0]))
+            self._own_cache.clear()
+        self.partitioning = (partitions, index)
+
+    def _own(self, block: Block) -> _Own:
+        """The units of the current block this partition reads (and no earlier partitioning read)."""
+        partitions, index = self.partitioning or (1, 0)
+        layers = self.layers.get(self.sweep, [])
+        key = (self.sweep, self.block, partitions, index, len(layers))
+        own = self._own_cache.get(key)
+        if own is not None:
+            return own
+        if partitions == 1 and not layers:
+            own = _Own(np.arange(len(block), dtype=np.int64), block.starts)
+        else:
+            order = self.order(self.sweep)
+            positions = self.unit_base + np.arange(len(block), dtype=np.int64)
+            mine = np.ones(len(block), dtype=bool)
+            if partitions > 1:
+                mine &= order.owners(block, positions, partitions) == index
+            for old_partitions, cursors in layers:
+                owners = order.owners(block, positions, old_partitions)
+                mine &= positions >= np.asarray(cursors, dtype=np.int64)[owners]
+            kept = np.flatnonzero(mine)
+            own = _Own(kept, exclusive_cumsum(block.lengths[kept]))
+        if len(self._own_cache) > 8:
+            self._own_cache.clear()
+        self._own_cache[key] = own
+        return own
+
+    # --- reading -----------------------------------------------------------------------------------
+    def select(self, budget: int, partitions: int, index: int, epoch_end: float) -> Selection:
+        """Takes the next units of this partition: whole units while their samples fit the budget (at
+        least one), none at or past ``epoch_end`` (a global sample position)."""
+        self.set_partitioning(partitions, index)
+        pieces: list[tuple[Block, np.ndarray]] = []
+        total = taken = 0
+        sweep_ends: list[int] = []
+        idle_sweeps = 0
+        while total < budget:
+            block = self.current_block
+            sweep_base = self.sweep * self.sweep_size + self.sample_base
+            if sweep_base + int(block.starts[self.offset]) >= epoch_end:
+                break
+            own = self._own(block)
+            first = int(np.searchsorted(own.positions, self.offset))
+            available = len(own.positions) - first
+            if available:
+                base = int(own.cumulative[first])
+                fits = int(np.searchsorted(own.cumulative, base + budget - total, side="right")) - 1 - first
+                if total == 0:
+                    fits = max(fits, 1)  # a unit longer than the budget forms a minibatch of its own
+                count = min(fits, available)
+                chosen = own.positions[first : first + count]
+                in_epoch = int(np.searchsorted(sweep_base + block.starts[chosen], epoch_end, side="left"))
+                epoch_ends = in_epoch < count
+                if epoch_ends:
+                    count, chosen = in_epoch, chosen[:in_epoch]
+                if count:
+                    pieces.append((block, chosen))
+                    total += int(own.cumulative[first + count]) - base
+                    taken += count
+                if epoch_ends:
+                    self.offset = int(own.positions[first + count])  # the first unit past the end
+                    break
+                if count < available:
+                    if count:
+                        self.offset = int(chosen[-1]) + 1
+                    break
+            self.offset = len(block)
+            if self._next_block():
+                sweep_ends.append(taken)
+                idle_sweeps = 0 if taken else idle_sweeps + 1
+                if idle_sweeps > 1:
+                    break  # this partition owns no unit at all
+        return self._selection(pieces, sweep_ends)
+
+    @staticmethod
+    def _selection(pieces: list[tuple[Block, np.ndarray]], sweep_ends: list[int]) -> Selection:
+        if len(pieces) == 1:
+            block, chosen = pieces[0]
+            if len(chosen) and int(chosen[-1]) - int(chosen[0]) == len(chosen) - 1:
+                a, b = int(chosen[0]), int(chosen[-1]) + 1
+                return Selection(block.units[a:b], block.chunks[a:b], block.lengths[a:b], sweep_ends)
+            return Selection(block.units[chosen], block.chunks[chosen], block.lengths[chosen], sweep_ends)
+        if not pieces:
+            empty = np.zeros(0, dtype=np.int64)
+            return Selection(empty, empty.astype(np.int32), empty, sweep_ends)
+        return Selection(
+            np.concatenate([b.units[c] for b, c in pieces]),
+            np.concatenate([b.chunks[c] for b, c in pieces]),
+            np.concatenate([b.lengths[c] for b, c in pieces]),
+            sweep_ends,
+        )
+
+    def upcoming_chunks(self, blocks: int, epoch_end: float) -> list[np.ndarray]:
+        """The chunks the current block and the next ``blocks - 1`` blocks need, block by block (this
+        partition's only, when partitions are chunk-level); none of sweeps that start at ``epoch_end``."""
+        result = []
+        sweep, k = self.sweep, self.block
+        partitions, index = self.partitioning or (1, 0)
+        for _ in range(blocks):
+            order = self.order(sweep)
+            if k >= order.num_blocks:
+                sweep, k = sweep + 1, 0
+                if sweep * self.sweep_size >= epoch_end:
+                    break
+                order = self.order(sweep)
+            chunks = order.needed_chunks(k)
+            if partitions > 1 and order.chunk_level(partitions):
+                chunks = chunks[order.chunk_rank[chunks] % partitions == index]
+            result.append(chunks)
+            k += 1
+        return result
+
+    # --- state -------------------------------------------------------------------------------------
+    def get_state(self) -> dict[str, Any]:
+        return {
+            "sweep": self.sweep,
+            "block": self.block,
+            "position": self.unit_position,
+            "block_position": self.unit_base,
+            "block_samples": self.sample_base,
+            "partitioning": list(self.partitioning) if self.partitioning else None,
+            "layers": {str(s): [[n, list(c)] for n, c in layers] for s, layers in self.layers.items()},
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restores a state of :meth:`get_state` (already type-checked by the checkpoint layer)."""
+        sweep, k = state["sweep"], state["block"]
+        order = self.order(sweep)
+        if not 0 <= k < order.num_blocks:
+            raise ConfigError(f"checkpoint block {k} is outside the sweep's {order.num_blocks} blocks")
+        block = self.block_at(sweep, k)
+        offset = state["position"] - state["block_position"]
+        if not 0 <= offset <= len(block) or not 0 <= state["block_position"] <= self.corpus.num_units - len(block):
+            raise ConfigError(f"checkpoint position {state['position']} does not lie in block {k} of sweep {sweep}")
+        if not 0 <= state["block_samples"] <= self.sweep_size - block.samples:
+            raise ConfigError(f"checkpoint block sample position {state['block_samples']} is out of range")
+        self.sweep, self.block, self.offset = sweep, k, offset
+        self.unit_base, self.sample_base = state["block_position"], state["block_samples"]
+        self.partitioning = tuple(state["partitioning"]) if state["partitioning"] else None  # type: ignore[assignment]
+        self.layers = {int(s): [(n, list(c)) for n, c in layers] for s, layers in state["layers"].items()}
+        self._own_cache.clear()
+
+    def seek(self, position: int) -> None:
+        """Moves to a global sample position, rounded up to the next unit boundary (CNTK's restore)."""
+        sweep, within = divmod(position, self.sweep_size)
+        self.sweep, self.block, self.offset, self.unit_base, self.sample_base = sweep, 0, 0, 0, 0
+        self.partitioning, self.layers = None, {}
+        self._own_cache.clear()
+        while True:
+            block = self.current_block
+            if self.sample_base + block.samples > within:
+                self.offset = int(np.searchsorted(block.starts[:-1], within - self.sample_base, side="left"))
+                if self.offset < len(block):
+                    return
+            if self._next_block():
+                return

@@ -1,0 +1,52 @@
+// Reading byte ranges of a file with pread: a file truncated or replaced while it is read gives an error,
+// never a SIGBUS (which a memory map of a truncated file raises).
+#pragma once
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+namespace cntkio {
+
+// The file ended before the requested range did (truncated since it was indexed).
+struct ShortRead : std::runtime_error {
+  int64_t offset;
+  explicit ShortRead(int64_t at) : std::runtime_error("file ended early"), offset(at) {}
+};
+
+// Reads exactly `size` bytes at `offset` into `out` (appending); throws ShortRead at the end of the
+// file and std::runtime_error on an I/O error.
+inline void read_exact(int fd, int64_t offset, int64_t size, char* out) {
+  int64_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::pread(fd, out + done, static_cast<size_t>(size - done), static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error(std::string("read failed: ") + std::strerror(errno));
+    }
+    if (n == 0) throw ShortRead(offset + done);
+    done += n;
+  }
+}
+
+// Reads up to `size` bytes at `offset`; returns the number read (short only at the end of the file).
+inline int64_t read_some(int fd, int64_t offset, int64_t size, char* out) {
+  int64_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::pread(fd, out + done, static_cast<size_t>(size - done), static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error(std::string("read failed: ") + std::strerror(errno));
+    }
+    if (n == 0) break;
+    done += n;
+  }
+  return done;
+}
+
+}  // namespace cntkio
