@@ -23,7 +23,7 @@ def test_tab_after_id_sorted_aliases_and_shorter_tensors_drop_out():
     text = sequence_to_cntk_text_format(
         3, {"b": np.array([[1, 2], [3, 4], [5, 6]], dtype=np.float32), "a": [{2: 1.5, 0: 2.0}, {}]}
     )
-    assert text == "3\t|a 0:2.0 2:1.5 |b 1.0 2.0\n3\t|a  |b 3.0 4.0\n3\t|b 5.0 6.0"
+    assert text == "3\t|a 0:2.0 2:1.5 |b 1 2\n3\t|a  |b 3 4\n3\t|b 5 6"
 
 
 def test_empty_map_gives_an_empty_string():
@@ -36,7 +36,19 @@ def test_zero_length_tensor_gives_an_empty_string():
 
 def test_no_trailing_newline():
     text = sequence_to_cntk_text_format(9, {"x": np.ones((2, 1), dtype=np.float32)})
-    assert text == "9\t|x 1.0\n9\t|x 1.0"
+    assert text == "9\t|x 1\n9\t|x 1"
+
+
+def test_integral_dense_values_are_written_as_cntk_does():
+    """Issue 6 part 4: ``1 0 0 0``, not ``1.0 0.0 0.0 0.0`` (and -0.0 keeps its sign)."""
+    text = sequence_to_cntk_text_format(0, {"x": np.array([[1, 0, 0, 0], [2.5, -3, -0.0, 1e20]], dtype=np.float32)})
+    assert text == "0\t|x 1 0 0 0\n0\t|x 2.5 -3 -0.0 1e+20"
+
+
+@pytest.mark.parametrize("value", ["abc", None, {"a": 1}, b"xyz", np.array(["a", "b"]), 3.0])
+def test_a_value_that_is_not_a_tensor_is_a_value_error(value):
+    with pytest.raises(ValueError, match="alias 'x'"):
+        sequence_to_cntk_text_format(0, {"x": value})
 
 
 def test_dense_values_use_str_of_the_dtype():
@@ -52,7 +64,7 @@ def test_integer_arrays():
 
 def test_multi_dimensional_samples_are_written_in_c_order():
     text = sequence_to_cntk_text_format(0, {"x": np.arange(8, dtype=np.float32).reshape(2, 2, 2)})
-    assert text == "0\t|x 0.0 1.0 2.0 3.0\n0\t|x 4.0 5.0 6.0 7.0"
+    assert text == "0\t|x 0 1 2 3\n0\t|x 4 5 6 7"
 
 
 def test_sparse_dicts_are_sorted_by_index():

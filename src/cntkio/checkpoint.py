@@ -174,7 +174,8 @@ def merge_checkpoints(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     ordered = [placed[index]["cursor"] for index in range(count)]
     earliest = min(checked, key=lambda s: (s["cursor"]["sweep"], s["cursor"]["position"]))
     first = earliest["cursor"]
-    last_sweep = max(c["sweep"] for c in ordered)
+    # Layers can name later sweeps than any cursor is in (a partition that has not read since a merge).
+    last_sweep = max([c["sweep"] for c in ordered] + [int(s) for c in ordered for s in c["layers"]])
     layers: dict[str, list[list[Any]]] = {}
     for sweep in range(first["sweep"], last_sweep + 1):
         # Every partition still in (or before) a sweep carries the same earlier layers of it.

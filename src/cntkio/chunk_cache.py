@@ -41,12 +41,16 @@ class ChunkCache:
         )
 
     def ensure(self, chunks: Iterable[int]) -> None:
-        """Loads the chunks now unless they are loaded or being loaded; waits for them."""
+        """Loads the chunks unless they are loaded or being loaded, and waits for them. With a thread pool
+        the pool parses them (in the order given) while this thread waits, so no core runs two parsers."""
         waiting = []
         for chunk in chunks:
             future, owner = self._claim(int(chunk))
             if owner:
-                self._load_into(int(chunk), future)
+                if self._executor is None:
+                    self._load_into(int(chunk), future)
+                else:
+                    self._executor.submit(self._load_into, int(chunk), future)
             waiting.append(future)
         for future in waiting:
             future.result()

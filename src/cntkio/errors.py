@@ -7,6 +7,8 @@ import threading
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
+from .keys import shorten
+
 logger = logging.getLogger("cntkio")
 
 
@@ -37,7 +39,7 @@ class Location:
                 where += f":{self.column}"
         details = [f"byte offset {self.offset}"]
         if self.sequence_key is not None:
-            details.append(f"sequence {self.sequence_key}")
+            details.append(f"sequence {shorten(self.sequence_key)}")
         if self.input is not None:
             details.append(f"input '{self.input}'")
         return f"{where} ({', '.join(details)})"

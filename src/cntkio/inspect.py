@@ -222,9 +222,7 @@ def inspect_file(
         report.fatal = e
         return report
     report.summary = reader.describe()
-    if report.summary["mode"] != "line":
-        keys = np.concatenate([np.asarray(reader.chunk_index(c).keys) for c in range(reader.num_chunks())])
-        report.repeated_ids = len(keys) - len(np.unique(keys))
+    report.repeated_ids = reader.repeated_ids
     report.sequence_lengths = length_summary(reader.sequence_lengths())
     limit = sys.maxsize if max_errors is None else max_errors
     chunks = reader.num_chunks()

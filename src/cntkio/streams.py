@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -9,6 +10,8 @@ from typing import Any
 import numpy as np
 
 from .errors import ConfigError
+
+MAX_SAMPLE_VALUES = 2**31 - 1  # values (dense) or dimension (sparse) of one sample
 
 
 class Record(dict):  # type: ignore[type-arg]
@@ -43,6 +46,16 @@ class StreamDef:
     broadcast: bool | None = None
     defines_mb_size: bool = False
     max_sequence_length: int = 65535
+
+    def __post_init__(self) -> None:
+        if self.shape is None:
+            return
+        dims = self.shape if isinstance(self.shape, tuple) else (self.shape,)
+        for d in dims:
+            if not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d <= 0:
+                raise ConfigError(f"stream shape must hold positive integers, got {self.shape!r}")
+        if math.prod(int(d) for d in dims) > MAX_SAMPLE_VALUES:
+            raise ConfigError(f"stream shape {self.shape!r} has more than {MAX_SAMPLE_VALUES} values per sample")
 
     def dim(self) -> int:
         """The stream's dimension as one integer (CTF, CBF, HTK and MLF streams are 1-D)."""

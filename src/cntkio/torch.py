@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -35,15 +35,23 @@ class TorchMinibatch:
 
     ``tensors[name]`` is ``[batch, *shape]`` when every sequence has one sample (zero-copy from
     NumPy), otherwise padded ``[batch, max_len, *shape]``; sparse streams are CSR tensors with one row
-    per sample. ``lengths[name]`` holds the samples of each sequence.
+    per sample. ``lengths[name]`` holds the samples of each sequence. ``keys`` (the provenance of each
+    sequence) is computed when first asked for, or when the batch leaves a loader worker process.
     """
 
     tensors: dict[str, torch.Tensor]
     lengths: dict[str, torch.Tensor]
-    keys: list[Any]
-    state: dict[str, Any]
-    end_of_sweep: bool
+    provenance: Any = field(repr=False)
+    state: dict[str, Any] = field(default_factory=dict)
+    end_of_sweep: bool = False
     index: int = 0
+
+    @property
+    def keys(self) -> list[Any]:
+        return list(self.provenance.keys)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "provenance": _Keys(self.provenance.keys)}
 
     def __getitem__(self, name: str) -> torch.Tensor:
         return self.tensors[name]
@@ -51,6 +59,13 @@ class TorchMinibatch:
     def pin_memory(self) -> TorchMinibatch:
         self.tensors = {name: tensor.pin_memory() for name, tensor in self.tensors.items()}
         return self
+
+
+@dataclass(frozen=True)
+class _Keys:
+    """Provenance keys already computed (what a batch carries across processes)."""
+
+    keys: list[Any]
 
 
 def to_tensor(data: MinibatchData, layout: str = "auto") -> torch.Tensor:
@@ -167,7 +182,7 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
                 yield TorchMinibatch(
                     tensors={info.name: to_tensor(data, self.layout) for info, data in minibatch.items()},
                     lengths={info.name: torch.from_numpy(d.sequence_lengths) for info, d in minibatch.items()},
-                    keys=minibatch.sequence_keys,
+                    provenance=minibatch.provenance,
                     state=state,
                     end_of_sweep=any(data.end_of_sweep for data in minibatch.values()),
                     index=index - 1,

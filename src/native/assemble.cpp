@@ -77,22 +77,26 @@ GatherResult gather(const std::vector<const Slot*>& slots, const Request& reques
     rows[i] = row;
     firsts[i] = first;
     chunks[i] = &chunk;
+    // Frames and pieces of a sequence a counted error damaged would not line up across streams: the
+    // whole sequence is invalid there (dropped, as the error was counted); whole sequences keep what parsed.
+    const bool invalid = take >= 0 && !chunk.bad.empty() && chunk.bad[row];
+    if (invalid) {
+      if (result.keep.empty()) result.keep.assign(n, 1);
+      result.keep[i] = 0;
+    }
     for (size_t s = 0; s < num_streams; ++s) {
       const Column& c = chunk.columns[s];
       const int64_t length = c.seq_offsets[row + 1] - c.seq_offsets[row];
       int64_t& count = counts[i * num_streams + s];
-      if (take < 0) {
+      if (invalid) {
+        count = 0;
+      } else if (take < 0) {
         count = length;
       } else if (first + take > length) {
-        if (chunk.bad.empty() || !chunk.bad[row]) {
-          result.short_unit = i;
-          result.short_stream = static_cast<int32_t>(s);
-          result.short_row = row;
-          return result;
-        }
-        if (result.keep.empty()) result.keep.assign(n, 1);
-        result.keep[i] = 0;  // a sequence a counted error made short: dropped as invalid
-        count = 0;
+        result.short_unit = i;  // a stream shorter than the sequence without a counted error
+        result.short_stream = static_cast<int32_t>(s);
+        result.short_row = row;
+        return result;
       } else {
         count = take;
       }

@@ -26,7 +26,8 @@ struct Column {
 struct Chunk {
   std::vector<Column> columns;
   int64_t sequences = 0;
-  std::vector<uint8_t> bad;    // per sequence: a counted error dropped some of its samples (or empty)
+  std::vector<uint8_t> bad;    // per sequence: a counted error dropped some of its samples (or empty);
+                               // frame mode and BPTT skip such a sequence
   std::shared_ptr<void> owner;  // keeps the buffers alive
 };
 

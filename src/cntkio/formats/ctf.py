@@ -166,7 +166,8 @@ class CTFDeserializer(Deserializer):
     # ----------------------------------------------------------------------------------- index
     def _open(self) -> int:
         try:
-            fd = os.open(self.filename, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            # O_NONBLOCK: opening a FIFO must not wait for a writer (it is then refused below)
+            fd = os.open(self.filename, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
         except OSError as e:
             raise FileNotFoundError(f"cannot open CTF file '{self.filename}': {e.strerror}") from e
         info = os.fstat(fd)
