@@ -460,7 +460,7 @@ def test_native_entry_points_check_their_arguments(tmp_path):
         with pytest.raises(ValueError, match="out of range"):
             _native.ctf_index(fd, 10, False, [("x", False, 2**62)], -1, False, False, True, 100)
         slots = _native.ChunkSlots([(False, 2, "f", 4)], 2)
-        with pytest.raises(ValueError, match="not loaded"):
+        with pytest.raises(LookupError, match="not loaded"):
             slots.gather(np.array([1], dtype=np.int32), np.array([0], dtype=np.int64), None, None, 0)
         with pytest.raises(ValueError, match="differ in length"):
             slots.gather(np.array([1], dtype=np.int32), np.array([0, 1], dtype=np.int64), None, None, 0)

@@ -6,6 +6,7 @@ from typing import Any
 import numpy as np
 
 class ShortRead(EOFError): ...
+class ChunkNotLoaded(LookupError): ...
 
 def ctf_index(
     fd: int,

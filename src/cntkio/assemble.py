@@ -7,6 +7,7 @@ import logging
 
 import numpy as np
 
+from . import _native
 from .chunk_cache import ChunkCache
 from .corpus import Corpus
 from .errors import CNTKIOError
@@ -39,10 +40,12 @@ class Assembler:
         """Gathers ``units`` (global ids, with their table chunks). ``pieces`` = (offsets, counts, row of
         each piece) for truncated BPTT: then every row of the result holds the pieces of one slot."""
         local = units - self.corpus.unit_starts[chunks]
-        if pieces is None:
-            streams, keep, short = self.cache.slots.gather(chunks, local, None, None, self.kind)
-        else:
-            streams, keep, short = self.cache.slots.gather(chunks, local, pieces[0], pieces[1], PIECES)
+        offsets, counts, kind = (None, None, self.kind) if pieces is None else (pieces[0], pieces[1], PIECES)
+        try:
+            streams, keep, short = self.cache.slots.gather(chunks, local, offsets, counts, kind)
+        except _native.ChunkNotLoaded:  # the first read of a chunk in this block: load it, then gather
+            self.cache.ensure(np.unique(chunks).tolist())
+            streams, keep, short = self.cache.slots.gather(chunks, local, offsets, counts, kind)
         if short is not None:
             self._raise_short(units, *short)
         if keep is not None:

@@ -158,16 +158,18 @@ class Cursor:
             if sweep_base + int(block.starts[self.offset]) >= epoch_end:
                 break
             own = self._own(block)
-            first = int(np.searchsorted(own.positions, self.offset))
+            first = int(own.positions.searchsorted(self.offset))
             available = len(own.positions) - first
             if available:
                 base = int(own.cumulative[first])
-                fits = int(np.searchsorted(own.cumulative, base + budget - total, side="right")) - 1 - first
+                fits = int(own.cumulative.searchsorted(base + budget - total, side="right")) - 1 - first
                 if total == 0:
                     fits = max(fits, 1)  # a unit longer than the budget forms a minibatch of its own
                 count = min(fits, available)
                 chosen = own.positions[first : first + count]
-                in_epoch = int(np.searchsorted(sweep_base + block.starts[chosen], epoch_end, side="left"))
+                in_epoch = count
+                if count and sweep_base + int(block.starts[chosen[-1]]) >= epoch_end:
+                    in_epoch = int((sweep_base + block.starts[chosen]).searchsorted(epoch_end, side="left"))
                 epoch_ends = in_epoch < count
                 if epoch_ends:
                     count, chosen = in_epoch, chosen[:in_epoch]
@@ -211,7 +213,9 @@ class Cursor:
     def upcoming_chunks(self, blocks: int, epoch_end: float) -> list[np.ndarray]:
         """The chunks the current block and the next ``blocks - 1`` blocks need, block by block (this
         partition's only, when partitions are chunk-level); none of sweeps that start at ``epoch_end``."""
-        result = []
+        result: list[np.ndarray] = []
+        if self.position >= epoch_end:
+            return result
         sweep, k = self.sweep, self.block
         partitions, index = self.partitioning or (1, 0)
         for _ in range(blocks):

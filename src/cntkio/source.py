@@ -125,8 +125,7 @@ class MinibatchSource:
         self._cache = ChunkCache(self._corpus, threads if prefetch else 0)
         self._assembler = Assembler(self._corpus, self._cache)
         self._slots = BpttSlots(self.truncation_length)
-        self._planned: tuple[Any, ...] | None = None  # the block whose chunks are planned
-        self._window: set[int] = set()  # the chunks that block may read
+        self._planned: tuple[Any, ...] | None = None  # the block whose chunks are loaded
         self._lock = threading.RLock()
         self._fingerprint_text = self._fingerprint()
         self._closed = False
@@ -295,15 +294,14 @@ class MinibatchSource:
         """Makes sure the chunks of the selection are loaded, drops the chunks no read needs any more and
         prefetches the next blocks' chunks."""
         cursor = self._cursor
+        plan = (cursor.sweep, cursor.block, cursor.partitioning)
+        if plan == self._planned and extra is None:
+            return  # the read stayed in the block planned when the cursor entered it
+        self._planned = plan
         needed = set(np.unique(selection.chunks).tolist())
         in_flight = set()
         if extra:  # BPTT: units waiting in slots keep their chunks
             in_flight = set(self._corpus.chunk_of_units(np.asarray(extra, dtype=np.int64)).tolist())
-        plan = (cursor.sweep, cursor.block, cursor.partitioning)
-        if plan == self._planned and needed <= self._window:
-            self._cache.ensure(needed)  # loaded or being loaded already: only waits
-            return
-        self._planned = plan
         threads = self._cache.threads
         upcoming = cursor.upcoming_chunks(1 + max(1, threads), self._epoch_end)
         window = needed | in_flight | (set(upcoming[0].tolist()) if upcoming else set())
@@ -312,10 +310,11 @@ class MinibatchSource:
             for block_chunks in upcoming[1:]:
                 ahead.extend(c for c in block_chunks.tolist() if c not in window and c not in ahead)
             ahead = ahead[:threads]
-        self._window = window
         self._cache.retain(window | set(ahead))
         self._cache.ensure(sorted(needed))
         if threads and self.position < self._epoch_end:
+            # The rest of the block's window, then the next blocks'; a later read in this block that finds
+            # a chunk not loaded yet (no prefetch) loads it then (the native gather refuses to guess).
             self._cache.prefetch(sorted(window - needed - in_flight) + ahead)
 
     # --- checkpoints -----------------------------------------------------------------------------

@@ -207,6 +207,11 @@ nb::tuple compat_order(const std::vector<int64_t>& units_per_chunk, const std::v
 
 // ------------------------------------------------------------------------------------------ assembly
 
+// A minibatch refers to a chunk that is not loaded (the caller loads it and asks again).
+struct ChunkNotLoaded : std::runtime_error {
+  ChunkNotLoaded() : std::runtime_error("a minibatch refers to a chunk that is not loaded") {}
+};
+
 struct StreamLayout {
   assemble::ColumnSpec spec;
   nb::dlpack::dtype dtype;
@@ -322,7 +327,7 @@ class ChunkSlots {
       const int32_t c = chunk.data()[i];
       if (c < 0 || static_cast<size_t>(c) >= slots_.size()) throw nb::value_error("chunk index out of range");
       if (pointers[c] == nullptr) {
-        if (!slots_[c].chunk) throw nb::value_error("a minibatch refers to a chunk that is not loaded");
+        if (!slots_[c].chunk) throw ChunkNotLoaded();
         used[c] = slots_[c];
         pointers[c] = &used[c];
       }
@@ -382,6 +387,7 @@ class ChunkSlots {
 NB_MODULE(_native, m) {
   m.doc() = "Native core of cntkio: CTF indexer and parser, minibatch assembly, CNTK block randomization.";
   nb::exception<ShortRead>(m, "ShortRead", PyExc_EOFError);
+  nb::exception<ChunkNotLoaded>(m, "ChunkNotLoaded", PyExc_LookupError);
   m.def("ctf_index", &index_ctf, "fd"_a, "size"_a, "force_line_mode"_a, "aliases"_a, "defining_stream"_a,
         "count_lines"_a, "keep_empty_lines"_a, "require_all_inputs"_a, "chunk_size"_a,
         "Index the CTF file open as fd, reading it with pread (GIL released).");
