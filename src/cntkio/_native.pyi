@@ -44,6 +44,7 @@ class ChunkSlots:
         sequences: int,
         bad: np.ndarray | None,
         row0: int,
+        first_unit: int,
         frame_starts: np.ndarray | None,
     ) -> None: ...
     def clear(self, index: int) -> None: ...

@@ -39,13 +39,12 @@ class Assembler:
     ) -> Minibatch:
         """Gathers ``units`` (global ids, with their table chunks). ``pieces`` = (offsets, counts, row of
         each piece) for truncated BPTT: then every row of the result holds the pieces of one slot."""
-        local = units - self.corpus.unit_starts[chunks]
         offsets, counts, kind = (None, None, self.kind) if pieces is None else (pieces[0], pieces[1], PIECES)
         try:
-            streams, keep, short = self.cache.slots.gather(chunks, local, offsets, counts, kind)
+            streams, keep, short = self.cache.slots.gather(chunks, units, offsets, counts, kind)
         except _native.ChunkNotLoaded:  # the first read of a chunk in this block: load it, then gather
             self.cache.ensure(np.unique(chunks).tolist())
-            streams, keep, short = self.cache.slots.gather(chunks, local, offsets, counts, kind)
+            streams, keep, short = self.cache.slots.gather(chunks, units, offsets, counts, kind)
         if short is not None:
             self._raise_short(units, *short)
         if keep is not None:

@@ -110,7 +110,15 @@ class ChunkCache:
             columns.append(_columns(data[info.name], info, corpus.primary.source_name, deserializer_chunk))
         invalid = getattr(data, "invalid", None)
         try:
-            self.slots.load(chunk, columns, sequences, invalid, int(corpus.row0[chunk]), corpus.frame_starts_of(chunk))
+            self.slots.load(
+                chunk,
+                columns,
+                sequences,
+                invalid,
+                int(corpus.row0[chunk]),
+                int(corpus.unit_starts[chunk]),
+                corpus.frame_starts_of(chunk),
+            )
         except ValueError as error:
             raise CNTKIOError(
                 f"{corpus.primary.source_name}: chunk {deserializer_chunk} is malformed: {error}"

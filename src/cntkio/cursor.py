@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -22,8 +22,7 @@ from .order import Block, Randomization, SweepOrder
 ALL_CONSUMED = 2**62  # a layer cursor past every position: that partition read its whole share
 
 
-@dataclass(frozen=True)
-class Selection:
+class Selection(NamedTuple):
     """The units one read takes, in order, with their table chunks and lengths. ``sweep_ends`` lists, for
     each sweep that ended during the read, how many of the units came before its end."""
 
@@ -31,9 +30,6 @@ class Selection:
     chunks: np.ndarray
     lengths: np.ndarray
     sweep_ends: list[int]
-
-    def __len__(self) -> int:
-        return len(self.units)
 
 
 @dataclass(frozen=True)

@@ -258,7 +258,7 @@ class MinibatchSource:
             return self._read_bptt(minibatch_size, partitions, index, gather)
         budget = max(1, minibatch_size // partitions + (index < minibatch_size % partitions))
         selection = self._cursor.select(budget, partitions, index, self._epoch_end)
-        if not len(selection):
+        if not len(selection.units):
             return None
         if not gather:
             return True

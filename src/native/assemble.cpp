@@ -59,7 +59,7 @@ GatherResult gather(const std::vector<const Slot*>& slots, const Request& reques
   for (int64_t i = 0; i < n; ++i) {
     const Slot& slot = *slots[request.chunk[i]];
     const Chunk& chunk = *slot.chunk;
-    int64_t row = request.unit[i], first = 0, take = -1;  // take < 0: the whole sequence
+    int64_t row = request.unit[i] - slot.first_unit, first = 0, take = -1;  // take < 0: the whole sequence
     if (request.kind == UnitKind::frames) {
       const auto& starts = slot.frame_starts;
       if (row < 0 || starts.empty() || row >= starts.back()) throw std::invalid_argument("frame outside its chunk");

@@ -43,6 +43,7 @@ struct ColumnSpec {
 struct Slot {
   std::shared_ptr<const Chunk> chunk;
   int64_t row0 = 0;
+  int64_t first_unit = 0;  // reader-wide number of the slot's first unit
   std::vector<int64_t> frame_starts;
 };
 
@@ -54,7 +55,7 @@ enum class UnitKind : int { sequences = 0, frames = 1, pieces = 2 };
 
 struct Request {
   const int32_t* chunk = nullptr;  // table chunk of each unit
-  const int64_t* unit = nullptr;   // unit within its table chunk (a row, or a frame in frame mode)
+  const int64_t* unit = nullptr;   // reader-wide unit number (a sequence, or a frame in frame mode)
   const int64_t* offset = nullptr;  // pieces: first sample
   const int64_t* count = nullptr;   // pieces: number of samples
   int64_t n = 0;

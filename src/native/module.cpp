@@ -240,7 +240,7 @@ class ChunkSlots {
 
   // Loads a chunk into slot `index`: per stream (values, seq_offsets, indices or None, indptr or None).
   void load(int64_t index, const nb::list& columns, int64_t sequences, std::optional<FlagArray> bad, int64_t row0,
-            std::optional<OffsetArray> frame_starts) {
+            int64_t first_unit, std::optional<OffsetArray> frame_starts) {
     check_index(index);
     if (nb::len(columns) != layout_.size()) throw nb::value_error("wrong number of streams in the chunk");
     auto holder = std::make_shared<std::vector<nb::object>>();
@@ -295,6 +295,7 @@ class ChunkSlots {
     assemble::Slot slot;
     slot.chunk = chunk;
     slot.row0 = row0;
+    slot.first_unit = first_unit;
     if (row0 < 0 || row0 > sequences) throw nb::value_error("row0 outside the chunk");
     if (frame_starts) slot.frame_starts.assign(frame_starts->data(), frame_starts->data() + frame_starts->shape(0));
     slots_[index] = std::move(slot);
@@ -400,7 +401,7 @@ NB_MODULE(_native, m) {
   nb::class_<ChunkSlots>(m, "ChunkSlots")
       .def(nb::init<const std::vector<std::tuple<bool, int64_t, char, int64_t>>&, int64_t>(), "layout"_a, "count"_a)
       .def("load", &ChunkSlots::load, "index"_a, "columns"_a, "sequences"_a, "bad"_a.none(), "row0"_a,
-           "frame_starts"_a.none())
+           "first_unit"_a, "frame_starts"_a.none())
       .def("clear", &ChunkSlots::clear, "index"_a)
       .def("loaded", &ChunkSlots::loaded, "index"_a)
       .def("__len__", &ChunkSlots::size)

@@ -1,0 +1,92 @@
+// Fuzz target of the native CTF indexer and parser (libFuzzer entry point).
+//
+// The input is a CTF file: it is indexed from a memory file descriptor (as the reader does), then every
+// chunk is parsed in float and double. Any crash, sanitizer report or broken invariant is a bug.
+// Build with clang: clang++ -fsanitize=fuzzer,address,undefined ...; without clang, standalone_main.cpp
+// drives the same entry point (see run_smoke.sh).
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <vector>
+
+#include "../src/native/ctf.hpp"
+#include "../src/native/file_io.hpp"
+
+using namespace cntkio::ctf;
+
+namespace {
+
+void check(bool condition) {
+  if (!condition) std::abort();
+}
+
+template <class T>
+void parse_chunks(int fd, const IndexResult& index, const ParseOptions& options) {
+  for (size_t c = 0; c + 1 < index.chunk_starts.size(); ++c) {
+    const int64_t a = index.chunk_starts[c], b = index.chunk_starts[c + 1];
+    const int64_t start = index.offsets[a], end = index.ends[b - 1];
+    std::vector<char> buffer(static_cast<size_t>(end - start));
+    cntkio::read_exact(fd, start, end - start, buffer.data());
+    if (buffer.empty() || buffer.back() != '\n') buffer.push_back('\n');
+    std::vector<int64_t> starts, ends;
+    for (int64_t i = a; i < b; ++i) {
+      starts.push_back(index.offsets[i] - start);
+      ends.push_back(index.ends[i] - start);
+    }
+    ParseResult<T> r = parse_sequences<T>(buffer.data(), static_cast<int64_t>(buffer.size()), start,
+                                          index.chunk_first_lines[c], starts.data(), ends.data(), b - a, options);
+    for (size_t s = 0; s < r.streams.size(); ++s) {
+      const StreamBuffers<T>& stream = r.streams[s];
+      check(static_cast<int64_t>(stream.seq_offsets.size()) == b - a + 1);
+      check(stream.seq_offsets.back() == stream.samples);
+      if (options.aliases[s].sparse) {
+        check(static_cast<int64_t>(stream.indptr.size()) == stream.samples + 1);
+        check(stream.indptr.back() == static_cast<int64_t>(stream.values.size()));
+        for (int32_t i : stream.indices) check(i >= 0 && static_cast<uint64_t>(i) < options.aliases[s].dim);
+      } else {
+        check(stream.values.size() >= static_cast<size_t>(stream.samples) * options.aliases[s].dim);
+      }
+    }
+    for (const ErrorRecord& e : r.errors) check(e.offset >= start && e.offset <= end && e.line >= 1 && e.column >= 1);
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const int fd = memfd_create("ctf", 0);
+  if (fd < 0) return 0;
+  for (size_t done = 0; done < size;) {
+    const ssize_t n = write(fd, data + done, size - done);
+    if (n <= 0) {
+      close(fd);
+      return 0;
+    }
+    done += static_cast<size_t>(n);
+  }
+  const std::vector<Alias> aliases = {{"a", false, 3}, {"b", true, 50}, {"c", false, 1}};
+  for (int variant = 0; variant < 2; ++variant) {
+    IndexOptions options;
+    options.aliases = aliases;
+    options.force_line_mode = variant == 1;
+    options.count_lines = variant == 1;
+    options.require_all_inputs = variant == 0;
+    options.defining_stream = variant == 1 ? 2 : -1;
+    options.chunk_size = 64;
+    options.block_size = 4096;
+    const IndexResult index = index_file(fd, static_cast<int64_t>(size), options);
+    if (!index.fatal.empty()) continue;
+    check(index.offsets.size() == index.ends.size() && index.offsets.size() == index.lengths.size());
+    check(!index.chunk_starts.empty() && index.chunk_starts.back() == static_cast<int64_t>(index.offsets.size()));
+    ParseOptions parse;
+    parse.mode = index.mode;
+    parse.aliases = aliases;
+    parse.sort_sparse = variant == 0;
+    parse_chunks<float>(fd, index, parse);
+    parse_chunks<double>(fd, index, parse);
+  }
+  close(fd);
+  return 0;
+}
