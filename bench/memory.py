@@ -114,7 +114,7 @@ def child_stream(args: argparse.Namespace) -> dict[str, Any]:
         if not minibatch:
             break
         samples += minibatch["features"].num_samples
-        held = max(held, len(source._cache))  # parsed chunks the reader holds (diagnostic)
+        held = max(held, source.cached_chunks)  # parsed chunks the reader holds (diagnostic)
     source.close()
     seconds = time.perf_counter() - start
     sampler.stop()

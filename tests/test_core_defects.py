@@ -509,3 +509,19 @@ def test_a_checkpoint_does_not_restore_onto_another_file_with_the_same_counts(tm
         state = source.get_checkpoint_state()
     with MinibatchSource(CTFDeserializer(second.path, STREAMS)) as other, pytest.raises(ValueError):
         other.restore_from_checkpoint(state)
+
+
+def test_the_torch_dataset_is_a_context_manager_that_closes_open_iterations(tmp_path):
+    torch_module = pytest.importorskip("cntkio.torch")
+    path = sequences_file(tmp_path, 100)
+    sources: list[MinibatchSource] = []
+
+    def make_source() -> MinibatchSource:
+        sources.append(MinibatchSource(CTFDeserializer(path, X), randomize=False))
+        return sources[-1]
+
+    with torch_module.MinibatchDataset(make_source, 10) as dataset:
+        iterator = iter(dataset)
+        next(iterator)
+    with pytest.raises(ValueError, match="closed"):
+        sources[0].next_minibatch(10)

@@ -1,4 +1,4 @@
-"""Vectorised helpers on offset arrays shared by the timeline, the packer and MinibatchData."""
+"""Vectorised helpers on offset arrays shared by the corpus, the order, the cursor and MinibatchData."""
 
 from __future__ import annotations
 
@@ -10,12 +10,3 @@ def exclusive_cumsum(lengths: np.ndarray) -> np.ndarray:
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     return offsets
-
-
-def expand_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Concatenation of ``arange(s, s + n)`` for every (s, n), without a Python loop."""
-    total = int(lengths.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    shift = np.repeat(starts - exclusive_cumsum(lengths)[:-1], lengths)
-    return np.arange(total, dtype=np.int64) + shift

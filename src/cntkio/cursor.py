@@ -34,10 +34,17 @@ class Selection(NamedTuple):
 
 @dataclass(frozen=True)
 class _Own:
-    """The units of a block this partition reads: their positions in the block, cumulative lengths."""
+    """The units of a block this partition reads: their positions in the block (None: every unit), and the
+    exclusive cumulative sum of their lengths."""
 
-    positions: np.ndarray
-    cumulative: np.ndarray  # exclusive cumsum of their lengths
+    positions: np.ndarray | None
+    cumulative: np.ndarray
+
+    def position(self, own_index: int) -> int:
+        return own_index if self.positions is None else int(self.positions[own_index])
+
+    def take(self, first: int, count: int) -> slice | np.ndarray:
+        return slice(first, first + count) if self.positions is None else self.positions[first : first + count]
 
 
 class Cursor:
@@ -65,6 +72,8 @@ class Cursor:
             order = self._orders[sweep] = SweepOrder(self.corpus, self.randomization, sweep)
             while len(self._orders) > 2:
                 self._orders.popitem(last=False)
+        elif sweep != next(reversed(self._orders)):
+            self._orders.move_to_end(sweep)  # least recently used goes first
         return order
 
     def block_at(self, sweep: int, k: int) -> Block:
@@ -122,7 +131,7 @@ class Cursor:
         if own is not None:
             return own
         if partitions == 1 and not layers:
-            own = _Own(np.arange(len(block), dtype=np.int64), block.starts)
+            own = _Own(None, block.starts)
         else:
             order = self.order(self.sweep)
             positions = self.unit_base + np.arange(len(block), dtype=np.int64)
@@ -144,7 +153,7 @@ class Cursor:
         """Takes the next units of this partition: whole units while their samples fit the budget (at
         least one), none at or past ``epoch_end`` (a global sample position)."""
         self.set_partitioning(partitions, index)
-        pieces: list[tuple[Block, np.ndarray]] = []
+        pieces: list[tuple[Block, slice | np.ndarray]] = []
         total = taken = 0
         sweep_ends: list[int] = []
         idle_sweeps = 0
@@ -154,31 +163,30 @@ class Cursor:
             if sweep_base + int(block.starts[self.offset]) >= epoch_end:
                 break
             own = self._own(block)
-            first = int(own.positions.searchsorted(self.offset))
-            available = len(own.positions) - first
+            positions = own.positions
+            first = self.offset if positions is None else int(positions.searchsorted(self.offset))
+            available = len(own.cumulative) - 1 - first
             if available:
-                base = int(own.cumulative[first])
-                fits = int(own.cumulative.searchsorted(base + budget - total, side="right")) - 1 - first
+                cumulative = own.cumulative
+                base = int(cumulative[first])
+                fits = int(cumulative.searchsorted(base + budget - total, side="right")) - 1 - first
                 if total == 0:
                     fits = max(fits, 1)  # a unit longer than the budget forms a minibatch of its own
                 count = min(fits, available)
-                chosen = own.positions[first : first + count]
-                in_epoch = count
-                if count and sweep_base + int(block.starts[chosen[-1]]) >= epoch_end:
-                    in_epoch = int((sweep_base + block.starts[chosen]).searchsorted(epoch_end, side="left"))
-                epoch_ends = in_epoch < count
-                if epoch_ends:
-                    count, chosen = in_epoch, chosen[:in_epoch]
+                epoch_ends = False
+                if count and sweep_base + int(block.starts[own.position(first + count - 1)]) >= epoch_end:
+                    starts = sweep_base + block.starts[own.take(first, count)]
+                    count, epoch_ends = int(starts.searchsorted(epoch_end, side="left")), True
                 if count:
-                    pieces.append((block, chosen))
-                    total += int(own.cumulative[first + count]) - base
+                    pieces.append((block, own.take(first, count)))
+                    total += int(cumulative[first + count]) - base
                     taken += count
                 if epoch_ends:
-                    self.offset = int(own.positions[first + count])  # the first unit past the end
+                    self.offset = own.position(first + count)  # the first unit past the end
                     break
                 if count < available:
                     if count:
-                        self.offset = int(chosen[-1]) + 1
+                        self.offset = own.position(first + count - 1) + 1
                     break
             self.offset = len(block)
             if self._next_block():
@@ -189,12 +197,9 @@ class Cursor:
         return self._selection(pieces, sweep_ends)
 
     @staticmethod
-    def _selection(pieces: list[tuple[Block, np.ndarray]], sweep_ends: list[int]) -> Selection:
+    def _selection(pieces: list[tuple[Block, slice | np.ndarray]], sweep_ends: list[int]) -> Selection:
         if len(pieces) == 1:
             block, chosen = pieces[0]
-            if len(chosen) and int(chosen[-1]) - int(chosen[0]) == len(chosen) - 1:
-                a, b = int(chosen[0]), int(chosen[-1]) + 1
-                return Selection(block.units[a:b], block.chunks[a:b], block.lengths[a:b], sweep_ends)
             return Selection(block.units[chosen], block.chunks[chosen], block.lengths[chosen], sweep_ends)
         if not pieces:
             empty = np.zeros(0, dtype=np.int64)

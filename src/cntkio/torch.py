@@ -111,6 +111,12 @@ def merge_states(states: list[dict[str, Any]]) -> dict[str, Any]:
 class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
     """Minibatches of a :class:`MinibatchSource` for a PyTorch ``DataLoader`` (``batch_size=None``).
 
+    Example::
+
+        with MinibatchDataset(functools.partial(make_source, "train.ctf"), 1024) as dataset:
+            for batch in DataLoader(dataset, batch_size=None, num_workers=2):
+                x = batch["features"]
+
     Args:
         make_source: builds the source (called once per iteration, in each worker process; a
             top-level function or ``functools.partial`` so that it pickles).
@@ -139,6 +145,7 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
         self.layout = layout
         self._resume: dict[str, Any] | None = None
         self._last_state: dict[str, Any] | None = None
+        self._live: set[MinibatchSource] = set()
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -157,15 +164,16 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
         workers, worker_id = (worker.num_workers, worker.id) if worker is not None else (1, 0)
         partitions, rank = self._partition()
         source = self.make_source()
+        self._live.add(source)
         index = base = 0
         resume, self._resume = self._resume, None  # a loaded state applies to the next iteration only
-        if resume is None and self.epoch and not source.is_infinite():
-            source.start_epoch(self.epoch)
-        if resume is not None:
-            source.restore_from_checkpoint(resume["source"])
-            index = int(resume["minibatch_index"])
-            base = int(resume.get("worker_base", index))
         try:
+            if resume is None and self.epoch and not source.is_infinite():
+                source.start_epoch(self.epoch)
+            if resume is not None:
+                source.restore_from_checkpoint(resume["source"])
+                index = int(resume["minibatch_index"])
+                base = int(resume.get("worker_base", index))
             while True:
                 if (index - base) % workers != worker_id:
                     if not source.skip_minibatch(self.minibatch_size, partitions, rank):
@@ -189,6 +197,22 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
                 )
         finally:
             source.close()
+            self._live.discard(source)
+
+    def close(self) -> None:
+        """Closes the sources of iterations still open in this process (their parse threads stop)."""
+        for source in list(self._live):
+            source.close()
+        self._live.clear()
+
+    def __enter__(self) -> MinibatchDataset:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_live": set()}  # open sources stay in the process that opened them
 
     def state_dict(self) -> dict[str, Any]:
         """State after the last minibatch this dataset (or this loader worker) produced.

@@ -54,7 +54,7 @@ void validate(const Chunk& chunk, const std::vector<ColumnSpec>& layout);
 enum class UnitKind : int { sequences = 0, frames = 1, pieces = 2 };
 
 struct Request {
-  const int32_t* chunk = nullptr;  // table chunk of each unit
+  const int32_t* chunk = nullptr;  // slot (index into the slots given to gather) of each unit
   const int64_t* unit = nullptr;   // reader-wide unit number (a sequence, or a frame in frame mode)
   const int64_t* offset = nullptr;  // pieces: first sample
   const int64_t* count = nullptr;   // pieces: number of samples

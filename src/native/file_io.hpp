@@ -19,22 +19,8 @@ struct ShortRead : std::runtime_error {
   explicit ShortRead(int64_t at) : std::runtime_error("file ended early"), offset(at) {}
 };
 
-// Reads exactly `size` bytes at `offset` into `out` (appending); throws ShortRead at the end of the
-// file and std::runtime_error on an I/O error.
-inline void read_exact(int fd, int64_t offset, int64_t size, char* out) {
-  int64_t done = 0;
-  while (done < size) {
-    const ssize_t n = ::pread(fd, out + done, static_cast<size_t>(size - done), static_cast<off_t>(offset + done));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw std::runtime_error(std::string("read failed: ") + std::strerror(errno));
-    }
-    if (n == 0) throw ShortRead(offset + done);
-    done += n;
-  }
-}
-
 // Reads up to `size` bytes at `offset`; returns the number read (short only at the end of the file).
+// Throws std::runtime_error on an I/O error.
 inline int64_t read_some(int fd, int64_t offset, int64_t size, char* out) {
   int64_t done = 0;
   while (done < size) {
@@ -47,6 +33,12 @@ inline int64_t read_some(int fd, int64_t offset, int64_t size, char* out) {
     done += n;
   }
   return done;
+}
+
+// Reads exactly `size` bytes at `offset`; throws ShortRead where the file ends first.
+inline void read_exact(int fd, int64_t offset, int64_t size, char* out) {
+  const int64_t done = read_some(fd, offset, size, out);
+  if (done < size) throw ShortRead(offset + done);
 }
 
 }  // namespace cntkio

@@ -8,6 +8,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <tuple>
@@ -292,23 +293,23 @@ class ChunkSlots {
         throw nb::value_error(e.what());
       }
     }
-    assemble::Slot slot;
-    slot.chunk = chunk;
-    slot.row0 = row0;
-    slot.first_unit = first_unit;
+    auto slot = std::make_shared<assemble::Slot>();
+    slot->chunk = chunk;
+    slot->row0 = row0;
+    slot->first_unit = first_unit;
     if (row0 < 0 || row0 > sequences) throw nb::value_error("row0 outside the chunk");
-    if (frame_starts) slot.frame_starts.assign(frame_starts->data(), frame_starts->data() + frame_starts->shape(0));
+    if (frame_starts) slot->frame_starts.assign(frame_starts->data(), frame_starts->data() + frame_starts->shape(0));
     slots_[index] = std::move(slot);
   }
 
   void clear(int64_t index) {
     check_index(index);
-    slots_[index] = assemble::Slot{};
+    slots_[index].reset();
   }
 
   bool loaded(int64_t index) const {
     check_index(index);
-    return slots_[index].chunk != nullptr;
+    return slots_[index] != nullptr;
   }
 
   size_t size() const { return slots_.size(); }
@@ -320,21 +321,32 @@ class ChunkSlots {
     if (kind < 0 || kind > 2) throw nb::value_error("kind must be 0 (sequences), 1 (frames) or 2 (pieces)");
     if (kind == 2 && (!offset || !count || offset->shape(0) != n || count->shape(0) != n))
       throw nb::value_error("pieces need offset and count arrays of the same length");
-    // Hold every referenced chunk while the GIL is released (slots may change meanwhile).
-    std::vector<std::shared_ptr<const assemble::Chunk>> held;
-    std::vector<assemble::Slot> used(slots_.size());
-    std::vector<const assemble::Slot*> pointers(slots_.size(), nullptr);
+    // Hold the referenced slots while the GIL is released (slots may change meanwhile); units refer to
+    // them by their place in `held`. A minibatch touches few chunks: a short linear search finds them.
+    std::vector<std::shared_ptr<const assemble::Slot>> held;
+    std::vector<int32_t> held_ids, local(n);
+    int32_t last_id = -1, last_local = -1;
     for (size_t i = 0; i < n; ++i) {
       const int32_t c = chunk.data()[i];
-      if (c < 0 || static_cast<size_t>(c) >= slots_.size()) throw nb::value_error("chunk index out of range");
-      if (pointers[c] == nullptr) {
-        if (!slots_[c].chunk) throw ChunkNotLoaded();
-        used[c] = slots_[c];
-        pointers[c] = &used[c];
+      if (c != last_id) {
+        const auto found = std::find(held_ids.begin(), held_ids.end(), c);
+        if (found != held_ids.end()) {
+          last_local = static_cast<int32_t>(found - held_ids.begin());
+        } else {
+          if (c < 0 || static_cast<size_t>(c) >= slots_.size()) throw nb::value_error("chunk index out of range");
+          if (!slots_[c]) throw ChunkNotLoaded();
+          last_local = static_cast<int32_t>(held.size());
+          held.push_back(slots_[c]);
+          held_ids.push_back(c);
+        }
+        last_id = c;
       }
+      local[i] = last_local;
     }
+    std::vector<const assemble::Slot*> pointers;
+    for (const auto& slot : held) pointers.push_back(slot.get());
     assemble::Request request;
-    request.chunk = chunk.data();
+    request.chunk = local.data();
     request.unit = unit.data();
     request.offset = kind == 2 ? offset->data() : nullptr;
     request.count = kind == 2 ? count->data() : nullptr;
@@ -380,7 +392,7 @@ class ChunkSlots {
 
   std::vector<StreamLayout> layout_;
   std::vector<assemble::ColumnSpec> specs_;
-  std::vector<assemble::Slot> slots_;
+  std::vector<std::shared_ptr<const assemble::Slot>> slots_;
 };
 
 }  // namespace
