@@ -49,13 +49,12 @@ class Corpus:
         self.sequence_starts = exclusive_cumsum(counts[kept])  # first sequence of each table chunk
         self.lengths = index.lengths[first:stop]
         self.keys = index.keys.slice(first, stop)
-        sample_starts = exclusive_cumsum(self.lengths)
-        self.chunk_samples = np.diff(sample_starts[self.sequence_starts])
-        self.sweep_size = int(sample_starts[-1])
-        # frame mode: first frame (= unit) of every sequence; sequence mode: units are sequences
-        self.frame_starts: np.ndarray | None = sample_starts if frame_mode else None
-        self.unit_starts = sample_starts[self.sequence_starts] if frame_mode else self.sequence_starts
-        del sample_starts
+        self.chunk_samples = np.add.reduceat(self.lengths, self.sequence_starts[:-1], dtype=np.int64)
+        self.sweep_size = int(self.chunk_samples.sum())
+        # frame mode: first frame (= unit) of every sequence (8 bytes a sequence); sequence mode: units are
+        # sequences, and nothing per sequence is added to the deserializer's own index
+        self.frame_starts: np.ndarray | None = exclusive_cumsum(self.lengths) if frame_mode else None
+        self.unit_starts = exclusive_cumsum(self.chunk_samples) if frame_mode else self.sequence_starts
         self.units_per_chunk = np.diff(self.unit_starts)
 
     @property

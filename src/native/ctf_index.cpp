@@ -19,6 +19,38 @@ struct OpenSequence {
   int64_t lines = 0;
 };
 
+// A growing column kept in fixed-size blocks: growth never copies, and `take()` builds the exact-size
+// vector block by block, freeing each block once copied (peak: the column plus one block, never 2-3x).
+template <class T>
+class BlockColumn {
+ public:
+  void push_back(T value) {
+    if (blocks_.empty() || blocks_.back().size() == kBlock) {
+      blocks_.emplace_back();
+      blocks_.back().reserve(kBlock);
+    }
+    blocks_.back().push_back(value);
+    ++size_;
+  }
+  size_t size() const { return size_; }
+  std::vector<T> take() {
+    std::vector<T> result;
+    result.reserve(size_);
+    for (auto& block : blocks_) {
+      result.insert(result.end(), block.begin(), block.end());
+      std::vector<T>().swap(block);
+    }
+    blocks_.clear();
+    size_ = 0;
+    return result;
+  }
+
+ private:
+  static constexpr size_t kBlock = size_t{1} << 18;
+  std::vector<std::vector<T>> blocks_;
+  size_t size_ = 0;
+};
+
 uint64_t fnv1a(const char* p, size_t n) {
   uint64_t h = 1469598103934665603ull;
   for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<unsigned char>(p[i])) * 1099511628211ull;
@@ -78,11 +110,18 @@ class Indexer {
       ++line;
     }
     if (open_.offset >= 0) finish(base_ + length_);
+    if (!result_.fatal.empty()) return std::move(result_);
     result_.total_lines = line - first_line;
     bytes_read = base_ + length_;
-    chunk();
+    close_chunk(-1);
+    result_.offsets = offsets_.take();
+    result_.ends = ends_.take();
+    result_.lengths = lengths_.take();
+    result_.keys = keys_.take();
+    result_.chunk_starts.push_back(static_cast<int64_t>(result_.offsets.size()));
     count_repeated_keys();
-    shrink();
+    result_.key_blob.shrink_to_fit();
+    result_.key_offsets.shrink_to_fit();
     return std::move(result_);
   }
 
@@ -243,15 +282,18 @@ class Indexer {
         valid = false;
       }
       if (valid) {
-        result_.offsets.push_back(open_.offset);
-        result_.ends.push_back(end_offset);
-        result_.lengths.push_back(static_cast<int32_t>(length));
-        first_lines_.push_back(open_.first_line);
+        close_chunk(open_.offset);
+        offsets_.push_back(open_.offset);
+        ends_.push_back(end_offset);
+        lengths_.push_back(static_cast<int32_t>(length));
+        last_offset_ = open_.offset;
+        last_end_ = end_offset;
+        pending_first_line_ = open_.first_line;
         if (result_.mode == IdMode::text) {
           result_.key_blob.insert(result_.key_blob.end(), open_.text_key.begin(), open_.text_key.end());
           result_.key_offsets.push_back(static_cast<int64_t>(result_.key_blob.size()));
         } else {
-          result_.keys.push_back(open_.key);
+          keys_.push_back(open_.key);
         }
       }
     }
@@ -259,22 +301,19 @@ class Indexer {
     open_.offset = -1;
   }
 
-  // Greedy chunking under the byte budget. As in CNTK, a sequence's size runs to the start of the next
-  // one, so bytes of skipped lines count.
-  void chunk() {
-    const auto& offsets = result_.offsets;
-    const int64_t n = static_cast<int64_t>(offsets.size());
-    int64_t chunk_offset = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t size = (i + 1 < n ? offsets[i + 1] : result_.ends[i]) - offsets[i];
-      if (result_.chunk_starts.empty() || (offsets[i] - chunk_offset) + size > options_.chunk_size) {
-        result_.chunk_starts.push_back(i);
-        result_.chunk_first_lines.push_back(first_lines_[i]);
-        chunk_offset = offsets[i];
-      }
+  // Greedy chunking under the byte budget, decided for the last kept sequence once the next one starts at
+  // `next_offset` (-1: it was the last). As in CNTK, a sequence's size runs to the start of the next one, so
+  // bytes of skipped lines count.
+  void close_chunk(int64_t next_offset) {
+    const size_t count = offsets_.size();
+    if (count == 0) return;
+    const int64_t offset = last_offset_, end = last_end_;
+    const int64_t size = (next_offset >= 0 ? next_offset : end) - offset;
+    if (result_.chunk_starts.empty() || (offset - chunk_offset_) + size > options_.chunk_size) {
+      result_.chunk_starts.push_back(static_cast<int64_t>(count) - 1);
+      result_.chunk_first_lines.push_back(pending_first_line_);
+      chunk_offset_ = offset;
     }
-    result_.chunk_starts.push_back(n);
-    first_lines_ = {};
   }
 
   void count_repeated_keys() {
@@ -294,15 +333,6 @@ class Indexer {
     }
   }
 
-  void shrink() {
-    result_.offsets.shrink_to_fit();
-    result_.ends.shrink_to_fit();
-    result_.lengths.shrink_to_fit();
-    result_.keys.shrink_to_fit();
-    result_.key_blob.shrink_to_fit();
-    result_.key_offsets.shrink_to_fit();
-  }
-
   const IndexOptions& options_;
   int fd_ = -1;
   int64_t size_ = 0;
@@ -312,7 +342,12 @@ class Indexer {
   bool eof_ = false;
   std::vector<int64_t> counts_;        // lines of the open sequence that hold each stream
   std::vector<int64_t> seen_on_line_;  // last line on which each stream was seen
-  std::vector<int64_t> first_lines_;   // per kept sequence, until chunking
+  BlockColumn<int64_t> offsets_, ends_;
+  BlockColumn<int32_t> lengths_;
+  BlockColumn<uint64_t> keys_;
+  int64_t last_offset_ = 0, last_end_ = 0;  // the last kept sequence (its chunk is decided at the next)
+  int64_t pending_first_line_ = 0;
+  int64_t chunk_offset_ = 0;
   OpenSequence open_;
   IndexResult result_;
 };
