@@ -77,6 +77,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     options.chunk_size = 64;
     options.block_size = 4096;
     const IndexResult index = index_file(fd, static_cast<int64_t>(size), options);
+    IndexOptions halves = options;  // indexing in two halves at once must give exactly the same index
+    halves.threads = 2;
+    halves.parallel_min_bytes = 0;
+    const IndexResult split = index_file(fd, static_cast<int64_t>(size), halves);
+    check(split.fatal == index.fatal && split.fatal_line == index.fatal_line);
+    check(split.offsets == index.offsets && split.ends == index.ends && split.lengths == index.lengths);
+    check(split.keys == index.keys && split.key_blob == index.key_blob && split.key_offsets == index.key_offsets);
+    check(split.chunk_starts == index.chunk_starts && split.chunk_first_lines == index.chunk_first_lines);
+    check(split.errors.size() == index.errors.size() && split.error_keys == index.error_keys);
+    check(split.total_lines == index.total_lines && split.dropped_lines == index.dropped_lines);
     if (!index.fatal.empty()) continue;
     check(index.offsets.size() == index.ends.size() && index.offsets.size() == index.lengths.size());
     check(!index.chunk_starts.empty() && index.chunk_starts.back() == static_cast<int64_t>(index.offsets.size()));

@@ -6,7 +6,7 @@ cd "$(dirname "$0")"
 seconds=${1:-20}
 out=$(mktemp -d)
 sources=(ctf_fuzz.cpp ../src/native/ctf_index.cpp ../src/native/ctf_parse.cpp)
-flags=(-std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all)
+flags=(-std=c++17 -O1 -g -pthread -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all)
 if command -v clang++ >/dev/null 2>&1; then
   clang++ "${flags[@]}" -fsanitize=fuzzer "${sources[@]}" -o "$out/fuzz_ctf"
   "$out/fuzz_ctf" -max_total_time="$seconds" -max_len=4096 seeds/

@@ -18,6 +18,8 @@ def ctf_index(
     keep_empty_lines: bool,
     require_all_inputs: bool,
     chunk_size: int,
+    threads: int = 1,
+    parallel_min_bytes: int = ...,
 ) -> dict[str, Any]: ...
 def ctf_parse(
     fd: int,

@@ -84,6 +84,8 @@ struct IndexOptions {
   bool require_all_inputs = true;
   int64_t chunk_size = 32 << 20;  // target chunk size in bytes
   int64_t block_size = 8 << 20;   // bytes read at a time
+  int threads = 1;                // 2: a large file is indexed in two halves at once (same result)
+  int64_t parallel_min_bytes = int64_t{64} << 20;
 };
 
 struct IndexResult {

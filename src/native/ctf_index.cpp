@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "ctf.hpp"
 #include "file_io.hpp"
@@ -25,14 +26,22 @@ template <class T>
 class BlockColumn {
  public:
   void push_back(T value) {
-    if (blocks_.empty() || blocks_.back().size() == kBlock) {
-      blocks_.emplace_back();
-      blocks_.back().reserve(kBlock);
-    }
+    if (blocks_.empty() || blocks_.back().size() == kBlock) blocks_.emplace_back();  // grows up to kBlock
     blocks_.back().push_back(value);
     ++size_;
   }
   size_t size() const { return size_; }
+  T at(size_t i) const { return blocks_[i / kBlock][i % kBlock]; }
+  // Appends every value (through `map`) to `out`, freeing each block once copied.
+  template <class Map>
+  void drain_into(std::vector<T>& out, Map map) {
+    for (auto& block : blocks_) {
+      for (const T& v : block) out.push_back(map(v));
+      std::vector<T>().swap(block);
+    }
+    blocks_.clear();
+    size_ = 0;
+  }
   std::vector<T> take() {
     std::vector<T> result;
     result.reserve(size_);
@@ -46,7 +55,7 @@ class BlockColumn {
   }
 
  private:
-  static constexpr size_t kBlock = size_t{1} << 18;
+  static constexpr size_t kBlock = size_t{1} << 16;
   std::vector<std::vector<T>> blocks_;
   size_t size_ = 0;
 };
@@ -64,15 +73,44 @@ int64_t count_repeats(std::vector<uint64_t> values) {
   return repeats;
 }
 
+// Greedy chunking under a byte budget, decided for each kept sequence once the next one starts. As in
+// CNTK, a sequence's size runs to the start of the next one, so bytes of skipped lines count.
+struct Chunker {
+  int64_t limit = 0;
+  int64_t count = 0;  // sequences added
+  int64_t chunk_offset = 0, last_offset = 0, last_end = 0, last_first_line = 0;
+  std::vector<int64_t>* starts = nullptr;
+  std::vector<int64_t>* first_lines = nullptr;
+
+  void add(int64_t offset, int64_t end, int64_t first_line) {
+    decide(offset);
+    last_offset = offset;
+    last_end = end;
+    last_first_line = first_line;
+    ++count;
+  }
+  void close() { decide(-1); }
+
+ private:
+  void decide(int64_t next_offset) {
+    if (count == 0) return;
+    const int64_t size = (next_offset >= 0 ? next_offset : last_end) - last_offset;
+    if (starts->empty() || (last_offset - chunk_offset) + size > limit) {
+      starts->push_back(count - 1);
+      first_lines->push_back(last_first_line);
+      chunk_offset = last_offset;
+    }
+  }
+};
+
 class Indexer {
  public:
   explicit Indexer(const IndexOptions& options)
       : options_(options), counts_(options.aliases.size(), 0), seen_on_line_(options.aliases.size(), -1) {}
 
-  IndexResult run(int fd, int64_t size) {
-    fd_ = fd;
-    size_ = size;
-    buffer_.resize(static_cast<size_t>(std::max<int64_t>(options_.block_size, 4096)));
+  // Reads the start of the file: BOM, UTF-16 check, leading whitespace, id mode. False on a fatal error.
+  bool preamble(int fd, int64_t size, int64_t& begin, int64_t& first_line) {
+    open_range(fd, 0, size);
     if (!fill()) return fatal("input file is empty", 0, 1, 1);
     if (length_ >= 2 && ((buffer_[0] == '\xff' && buffer_[1] == '\xfe') || (buffer_[0] == '\xfe' && buffer_[1] == '\xff')))
       return fatal("UTF-16 input is not supported (found a UTF-16 byte order mark)", 0, 1, 1);
@@ -86,11 +124,24 @@ class Indexer {
       if (!fill()) return fatal("input file holds only whitespace", 0, 1, 1);
     }
     const char first = buffer_[pos];
-    result_.begin = base_ + pos;
+    begin = result_.begin = base_ + pos;
+    first_line = line;
     result_.mode = options_.force_line_mode || first == '|' ? IdMode::line
                    : is_digit(static_cast<unsigned char>(first)) ? IdMode::numeric
                                                                   : IdMode::text;
-    const int64_t first_line = line;
+    return true;
+  }
+
+  // Indexes the lines of [from, to), the first being line `first_line`. With `chunking` off the first line
+  // of every sequence is kept instead (the part after a split; chunks are decided when parts are merged).
+  bool scan(int fd, int64_t from, int64_t to, int64_t first_line, IdMode mode, bool chunking) {
+    open_range(fd, from, to);
+    result_.mode = mode;
+    chunking_ = chunking;
+    chunker_.limit = options_.chunk_size;
+    chunker_.starts = &result_.chunk_starts;
+    chunker_.first_lines = &result_.chunk_first_lines;
+    int64_t pos = 0, line = first_line;
     while (true) {
       const char* data = buffer_.data();
       const char* p = data + pos;
@@ -105,29 +156,102 @@ class Indexer {
       if (p == end) break;
       const char* line_end = newline ? newline : end;
       const char* next = newline ? newline + 1 : end;
-      if (!on_line(p, line_end, next, line) || !result_.fatal.empty()) return std::move(result_);
+      if (!on_line(p, line_end, next, line) || !result_.fatal.empty()) return false;
       pos = next - data;
       ++line;
     }
     if (open_.offset >= 0) finish(base_ + length_);
-    if (!result_.fatal.empty()) return std::move(result_);
+    if (!result_.fatal.empty()) return false;
     result_.total_lines = line - first_line;
-    bytes_read = base_ + length_;
-    close_chunk(-1);
+    next_line = line;
+    bytes_read = base_ + length_ - from;
+    return true;
+  }
+
+  // Ends a whole-file index: the last chunk, the columns, repeated keys.
+  IndexResult finalize() {
+    chunker_.close();
     result_.offsets = offsets_.take();
     result_.ends = ends_.take();
     result_.lengths = lengths_.take();
     result_.keys = keys_.take();
     result_.chunk_starts.push_back(static_cast<int64_t>(result_.offsets.size()));
-    count_repeated_keys();
+    count_repeated_keys(result_);
     result_.key_blob.shrink_to_fit();
     result_.key_offsets.shrink_to_fit();
     return std::move(result_);
   }
 
-  int64_t bytes_read = 0;
+  IndexResult take_result() { return std::move(result_); }
+
+  // Joins the part after a split (`tail`, whose lines were counted from 0) to this part, which ends
+  // where `tail` begins, as if one indexer had read both.
+  IndexResult merge(Indexer& tail) {
+    const int64_t base_line = next_line;
+    auto shift = [base_line](int64_t v) { return v + base_line; };
+    if (!tail.result_.fatal.empty()) {
+      IndexResult failed = std::move(tail.result_);
+      failed.fatal_line += base_line;
+      return failed;
+    }
+    for (int64_t i = 0; i < static_cast<int64_t>(tail.offsets_.size()); ++i) {
+      chunker_.add(tail.offsets_.at(i), tail.ends_.at(i), shift(tail.first_lines_.at(i)));
+    }
+    chunker_.close();
+    const size_t total = offsets_.size() + tail.offsets_.size();
+    auto same = [](auto v) { return v; };
+    result_.offsets.reserve(total);
+    offsets_.drain_into(result_.offsets, same);
+    tail.offsets_.drain_into(result_.offsets, same);
+    result_.ends.reserve(total);
+    ends_.drain_into(result_.ends, same);
+    tail.ends_.drain_into(result_.ends, same);
+    result_.lengths.reserve(total);
+    lengths_.drain_into(result_.lengths, same);
+    tail.lengths_.drain_into(result_.lengths, same);
+    if (result_.mode != IdMode::text) {
+      result_.keys.reserve(total);
+      keys_.drain_into(result_.keys, same);
+      const uint64_t key_shift = result_.mode == IdMode::line ? static_cast<uint64_t>(base_line) : 0;
+      tail.keys_.drain_into(result_.keys, [key_shift](uint64_t k) { return k + key_shift; });
+    } else {
+      const int64_t blob = static_cast<int64_t>(result_.key_blob.size());
+      result_.key_blob.insert(result_.key_blob.end(), tail.result_.key_blob.begin(), tail.result_.key_blob.end());
+      for (size_t i = 1; i < tail.result_.key_offsets.size(); ++i)
+        result_.key_offsets.push_back(tail.result_.key_offsets[i] + blob);
+    }
+    result_.chunk_starts.push_back(static_cast<int64_t>(total));
+    for (ErrorRecord e : tail.result_.errors) {
+      e.line += base_line;
+      result_.errors.push_back(e);
+    }
+    for (const std::string& key : tail.result_.error_keys) {  // line mode: the key is the (shifted) line
+      result_.error_keys.push_back(result_.mode == IdMode::line ? std::to_string(std::stoll(key) + base_line) : key);
+    }
+    result_.dropped_lines += tail.result_.dropped_lines;
+    result_.dropped_sequences += tail.result_.dropped_sequences;
+    result_.total_lines += tail.result_.total_lines;
+    bytes_read += tail.bytes_read;
+    count_repeated_keys(result_);
+    result_.key_blob.shrink_to_fit();
+    result_.key_offsets.shrink_to_fit();
+    return std::move(result_);
+  }
+
+  int64_t next_line = 0;  // line number after the last line scanned
+  IdMode mode() const { return result_.mode; }
+  int64_t bytes_read = 0;  // bytes of the range scanned
 
  private:
+  void open_range(int fd, int64_t from, int64_t to) {
+    fd_ = fd;
+    base_ = from;
+    size_ = to;
+    length_ = 0;
+    eof_ = false;
+    if (buffer_.empty()) buffer_.resize(static_cast<size_t>(std::max<int64_t>(options_.block_size, 4096)));
+  }
+
   // Drops buffer_[0, pos) and keeps the rest at the front.
   void consume(int64_t pos) {
     std::memmove(buffer_.data(), buffer_.data() + pos, static_cast<size_t>(length_ - pos));
@@ -146,9 +270,9 @@ class Indexer {
     return got > 0;
   }
 
-  IndexResult fatal(const char* message, int64_t offset, int64_t line, int64_t column) {
+  bool fatal(const char* message, int64_t offset, int64_t line, int64_t column) {
     set_fatal(message, offset, line, column);
-    return std::move(result_);
+    return false;
   }
 
   void set_fatal(const char* message, int64_t offset, int64_t line, int64_t column) {
@@ -282,13 +406,14 @@ class Indexer {
         valid = false;
       }
       if (valid) {
-        close_chunk(open_.offset);
+        if (chunking_) {
+          chunker_.add(open_.offset, end_offset, open_.first_line);
+        } else {
+          first_lines_.push_back(open_.first_line);
+        }
         offsets_.push_back(open_.offset);
         ends_.push_back(end_offset);
         lengths_.push_back(static_cast<int32_t>(length));
-        last_offset_ = open_.offset;
-        last_end_ = end_offset;
-        pending_first_line_ = open_.first_line;
         if (result_.mode == IdMode::text) {
           result_.key_blob.insert(result_.key_blob.end(), open_.text_key.begin(), open_.text_key.end());
           result_.key_offsets.push_back(static_cast<int64_t>(result_.key_blob.size()));
@@ -301,35 +426,20 @@ class Indexer {
     open_.offset = -1;
   }
 
-  // Greedy chunking under the byte budget, decided for the last kept sequence once the next one starts at
-  // `next_offset` (-1: it was the last). As in CNTK, a sequence's size runs to the start of the next one, so
-  // bytes of skipped lines count.
-  void close_chunk(int64_t next_offset) {
-    const size_t count = offsets_.size();
-    if (count == 0) return;
-    const int64_t offset = last_offset_, end = last_end_;
-    const int64_t size = (next_offset >= 0 ? next_offset : end) - offset;
-    if (result_.chunk_starts.empty() || (offset - chunk_offset_) + size > options_.chunk_size) {
-      result_.chunk_starts.push_back(static_cast<int64_t>(count) - 1);
-      result_.chunk_first_lines.push_back(pending_first_line_);
-      chunk_offset_ = offset;
-    }
-  }
-
-  void count_repeated_keys() {
-    if (result_.mode == IdMode::numeric) {
-      const auto& keys = result_.keys;
+  static void count_repeated_keys(IndexResult& result) {
+    if (result.mode == IdMode::numeric) {
+      const auto& keys = result.keys;
       bool increasing = true;
       for (size_t i = 1; i < keys.size() && increasing; ++i) increasing = keys[i - 1] < keys[i];
-      if (!increasing) result_.repeated_keys = count_repeats(keys);
-    } else if (result_.mode == IdMode::text) {
-      const size_t n = result_.key_offsets.size() - 1;
+      if (!increasing) result.repeated_keys = count_repeats(keys);
+    } else if (result.mode == IdMode::text) {
+      const size_t n = result.key_offsets.size() - 1;
       std::vector<uint64_t> hashes(n);
       for (size_t i = 0; i < n; ++i) {
-        const int64_t a = result_.key_offsets[i], b = result_.key_offsets[i + 1];
-        hashes[i] = fnv1a(result_.key_blob.data() + a, static_cast<size_t>(b - a));
+        const int64_t a = result.key_offsets[i], b = result.key_offsets[i + 1];
+        hashes[i] = fnv1a(result.key_blob.data() + a, static_cast<size_t>(b - a));
       }
-      result_.repeated_keys = count_repeats(std::move(hashes));
+      result.repeated_keys = count_repeats(std::move(hashes));
     }
   }
 
@@ -345,21 +455,91 @@ class Indexer {
   BlockColumn<int64_t> offsets_, ends_;
   BlockColumn<int32_t> lengths_;
   BlockColumn<uint64_t> keys_;
-  int64_t last_offset_ = 0, last_end_ = 0;  // the last kept sequence (its chunk is decided at the next)
-  int64_t pending_first_line_ = 0;
-  int64_t chunk_offset_ = 0;
+  BlockColumn<int64_t> first_lines_;  // only the part after a split keeps them (for chunking at the merge)
+  Chunker chunker_;
+  bool chunking_ = true;
   OpenSequence open_;
   IndexResult result_;
 };
 
 }  // namespace
 
+namespace {
+
+// A line start near the middle of [begin, size) where a new sequence surely starts (a line in line mode;
+// in id mode a line whose id differs from the last id before it), so both sides index independently and
+// exactly as one pass would. -1 when none is found close to the middle.
+int64_t find_split(int fd, int64_t begin, int64_t size, IdMode mode) {
+  const int64_t middle = begin + (size - begin) / 2;
+  std::vector<char> buffer(static_cast<size_t>(std::min<int64_t>(int64_t{4} << 20, size - middle)));
+  const int64_t got = read_some(fd, middle, static_cast<int64_t>(buffer.size()), buffer.data());
+  const char* data = buffer.data();
+  const char* newline = static_cast<const char*>(std::memchr(data, '\n', static_cast<size_t>(got)));
+  if (newline == nullptr) return -1;
+  int64_t pos = newline - data + 1;
+  if (mode == IdMode::line) return pos < got ? middle + pos : -1;
+  bool have_previous = false;
+  uint64_t previous_number = 0;
+  std::string previous_text;
+  while (pos < got) {
+    const char* line = data + pos;
+    const char* end = static_cast<const char*>(std::memchr(line, '\n', static_cast<size_t>(got - pos)));
+    if (end == nullptr) return -1;
+    const char* token_end = line;
+    uint64_t number = 0;
+    if (mode == IdMode::numeric) {
+      for (; token_end < end && is_digit(static_cast<unsigned char>(*token_end)); ++token_end) {
+        const uint64_t digit = static_cast<uint64_t>(*token_end - '0');
+        if (number > (UINT64_MAX - digit) / 10) return -1;  // a fatal id: let one pass report it
+        number = number * 10 + digit;
+      }
+    } else {
+      while (token_end < end && !is_space(static_cast<unsigned char>(*token_end)) && *token_end != '|') ++token_end;
+    }
+    if (token_end != line) {
+      const bool differs = mode == IdMode::numeric
+                               ? number != previous_number
+                               : previous_text.compare(0, std::string::npos, line, static_cast<size_t>(token_end - line)) != 0;
+      if (have_previous && differs) return middle + pos;
+      have_previous = true;
+      previous_number = number;
+      previous_text.assign(line, token_end);
+    }
+    pos = end - data + 1;
+  }
+  return -1;
+}
+
+}  // namespace
+
 IndexResult index_file(int fd, int64_t size, const IndexOptions& options) {
-  Indexer indexer(options);
-  IndexResult result = indexer.run(fd, size);
-  if (result.fatal.empty() && indexer.bytes_read != size) {
+  Indexer head(options);
+  int64_t begin = 0, first_line = 0;
+  if (!head.preamble(fd, size, begin, first_line)) return head.take_result();
+  const IdMode mode = head.mode();
+  const int64_t split = options.threads > 1 && size - begin >= options.parallel_min_bytes
+                            ? find_split(fd, begin, size, mode)
+                            : -1;
+  IndexResult result;
+  int64_t scanned = 0;
+  if (split < 0) {
+    if (!head.scan(fd, begin, size, first_line, mode, true)) return head.take_result();
+    scanned = head.bytes_read;
+    result = head.finalize();
+  } else {
+    Indexer tail(options);
+    bool tail_ok = true;
+    std::thread worker([&] { tail_ok = tail.scan(fd, split, size, 0, mode, false); });
+    const bool head_ok = head.scan(fd, begin, split, first_line, mode, true);
+    worker.join();
+    if (!head_ok) return head.take_result();
+    scanned = head.bytes_read + (tail_ok ? tail.bytes_read : 0);
+    result = head.merge(tail);
+    if (!tail_ok) return result;
+  }
+  if (result.fatal.empty() && begin + scanned != size) {
     result.fatal = "the file changed while it was indexed (its size is not what it was)";
-    result.fatal_offset = indexer.bytes_read;
+    result.fatal_offset = begin + scanned;
   }
   return result;
 }

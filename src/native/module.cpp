@@ -84,7 +84,7 @@ nb::dict errors_to_dict(std::vector<ErrorRecord>&& errors) {
 
 nb::dict index_ctf(int fd, int64_t size, bool force_line_mode, const std::vector<AliasSpec>& aliases,
                     int defining_stream, bool count_lines, bool keep_empty_lines, bool require_all_inputs,
-                    int64_t chunk_size) {
+                    int64_t chunk_size, int threads, int64_t parallel_min_bytes) {
   IndexOptions options;
   options.force_line_mode = force_line_mode;
   options.aliases = to_aliases(aliases);
@@ -97,6 +97,9 @@ nb::dict index_ctf(int fd, int64_t size, bool force_line_mode, const std::vector
   options.keep_empty_lines = keep_empty_lines;
   options.require_all_inputs = require_all_inputs;
   options.chunk_size = chunk_size;
+  if (threads < 1 || parallel_min_bytes < 0) throw nb::value_error("invalid thread count or size threshold");
+  options.threads = threads;
+  options.parallel_min_bytes = parallel_min_bytes;
   IndexResult r;
   {
     nb::gil_scoped_release release;
@@ -402,8 +405,10 @@ NB_MODULE(_native, m) {
   nb::exception<ShortRead>(m, "ShortRead", PyExc_EOFError);
   nb::exception<ChunkNotLoaded>(m, "ChunkNotLoaded", PyExc_LookupError);
   m.def("ctf_index", &index_ctf, "fd"_a, "size"_a, "force_line_mode"_a, "aliases"_a, "defining_stream"_a,
-        "count_lines"_a, "keep_empty_lines"_a, "require_all_inputs"_a, "chunk_size"_a,
-        "Index the CTF file open as fd, reading it with pread (GIL released).");
+        "count_lines"_a, "keep_empty_lines"_a, "require_all_inputs"_a, "chunk_size"_a, "threads"_a = 1,
+        "parallel_min_bytes"_a = int64_t{64} << 20,
+        "Index the CTF file open as fd, reading it with pread (GIL released); with threads=2 a file of at least "
+        "parallel_min_bytes is indexed in two halves at once, with the same result.");
   m.def("ctf_parse", &parse_file, "fd"_a, "start"_a, "end"_a, "first_line"_a, "starts"_a, "ends"_a, "mode"_a,
         "aliases"_a, "double_precision"_a, "sort_sparse"_a,
         "Read bytes [start, end) of the file and parse the given sequences into flat NumPy buffers (GIL released).");

@@ -201,6 +201,7 @@ class CTFDeserializer(Deserializer):
             self.compat,
             not self.optional_inputs,
             self.chunk_size_in_bytes,
+            threads=min(2, os.cpu_count() or 1),
         )
         if index["fatal"]:
             location = Location(

@@ -1,0 +1,75 @@
+"""The native CTF index of a large file is built in two halves at once; the result must be exactly that of
+one pass, whatever the content (ids, blank lines, errors, text ids, where the split falls)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cntkio import _native
+
+ALIASES = [("a", False, 2), ("b", True, 9)]
+
+
+def index(path: Path, threads: int, **options: Any) -> dict[str, Any]:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return _native.ctf_index(
+            fd, os.fstat(fd).st_size, options.get("line", False), ALIASES, options.get("defining", -1),
+            options.get("count_lines", False), False, options.get("require_all", True), options.get("chunk", 64),
+            threads=threads, parallel_min_bytes=0,
+        )  # fmt: skip
+    finally:
+        os.close(fd)
+
+
+def same(one: dict[str, Any], two: dict[str, Any]) -> None:
+    assert one.keys() == two.keys()
+    for key, value in one.items():
+        if isinstance(value, np.ndarray):
+            np.testing.assert_array_equal(value, two[key], err_msg=key)
+        elif isinstance(value, dict):
+            same(value, two[key])
+        else:
+            assert value == two[key], key
+
+
+LINE = st.sampled_from(["|a 1 2", "|b 3:1", "|a 1 2 |b 4:2", "|a 7", "", "|# note", "|b 1:1 |a 0 0", "|a x"])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    rows=st.lists(st.tuples(st.sampled_from(["", "1", "2", "3", "x", "y7", "10"]), LINE), min_size=1, max_size=60),
+    mode=st.sampled_from(["numeric", "text", "line"]),
+    options=st.fixed_dictionaries(
+        {
+            "count_lines": st.booleans(),
+            "require_all": st.booleans(),
+            "chunk": st.integers(1, 200),
+            "defining": st.sampled_from([-1, 0]),
+        }
+    ),
+)
+def test_two_halves_index_like_one_pass(tmp_path, rows, mode, options):
+    prefix = {"numeric": lambda i: i if i.isdigit() or not i else "", "text": lambda i: i, "line": lambda i: ""}[mode]
+    first = {"numeric": "0 ", "text": "k ", "line": ""}[mode]
+    text = first + "\n".join(f"{prefix(i)} {line}" if prefix(i) else line for i, line in rows) + "\n"
+    path = tmp_path / "data.ctf"
+    path.write_text(text)
+    same(index(path, 1, line=mode == "line", **options), index(path, 2, line=mode == "line", **options))
+
+
+def test_a_large_file_is_split_and_indexed_the_same(tmp_path):
+    path = tmp_path / "large.ctf"
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(1, 6, size=3000)
+    lines = [f"{i} |a {i} {t} |b {t}:1" for i, n in enumerate(lengths) for t in range(n)]
+    path.write_text("\n".join(lines) + "\n")
+    one, two = index(path, 1, chunk=5000), index(path, 2, chunk=5000)
+    same(one, two)
+    assert len(one["offsets"]) == 3000 and len(one["chunk_starts"]) > 3
