@@ -1,6 +1,9 @@
 // CTF indexer: one streaming pass over the file (read block by block with pread) that finds sequences,
 // their keys and sample counts, chunks them, and counts repeated ids.
 #include <algorithm>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <cstring>
 #include <string>
 #include <thread>
@@ -20,6 +23,14 @@ struct OpenSequence {
   int64_t lines = 0;
 };
 
+// Hands freed heap pages back to the system (glibc keeps freed blocks in its arenas otherwise, so copying
+// columns out of their blocks would hold both in memory at the peak).
+inline void release_free_memory() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+}
+
 // A growing column kept in fixed-size blocks: growth never copies, and `take()` builds the exact-size
 // vector block by block, freeing each block once copied (peak: the column plus one block, never 2-3x).
 template <class T>
@@ -35,22 +46,19 @@ class BlockColumn {
   // Appends every value (through `map`) to `out`, freeing each block once copied.
   template <class Map>
   void drain_into(std::vector<T>& out, Map map) {
-    for (auto& block : blocks_) {
-      for (const T& v : block) out.push_back(map(v));
-      std::vector<T>().swap(block);
+    for (size_t i = 0; i < blocks_.size(); ++i) {
+      for (const T& v : blocks_[i]) out.push_back(map(v));
+      std::vector<T>().swap(blocks_[i]);
+      if (i % 4 == 3) release_free_memory();
     }
+    release_free_memory();
     blocks_.clear();
     size_ = 0;
   }
   std::vector<T> take() {
     std::vector<T> result;
     result.reserve(size_);
-    for (auto& block : blocks_) {
-      result.insert(result.end(), block.begin(), block.end());
-      std::vector<T>().swap(block);
-    }
-    blocks_.clear();
-    size_ = 0;
+    drain_into(result, [](T v) { return v; });
     return result;
   }
 
