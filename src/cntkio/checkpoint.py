@@ -4,13 +4,16 @@ of all partitions for an elastic resume.
 A state is a small JSON-serialisable dict: ``version``, CNTK's ``minibatchSourcePosition``, a
 ``fingerprint`` of the data (files, sizes, modification times) and of the configuration that decides
 the order, the ``epoch``, the ``cursor`` (sweep, block, positions, partitioning and the *layers* of
-earlier partitionings: what each earlier partition had read) and, for truncated BPTT, the sequences in
-flight (``bptt_slots``). Anything else, or anything out of range, is rejected with a ``ConfigError`` (a ``ValueError``)
-before it can make the source read other data.
+earlier partitionings: what each earlier partition had read), for truncated BPTT the sequences in
+flight (``bptt_slots``), and a ``digest`` of all of it. Anything else, anything out of range, or a
+state changed by hand is rejected with a ``ConfigError`` (a ``ValueError``) before it can make the
+source read other data.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,6 +21,19 @@ from .cursor import ALL_CONSUMED
 from .errors import ConfigError
 
 CHECKPOINT_VERSION = 2
+
+
+def digest(state: Mapping[str, Any]) -> str:
+    """A hash of everything a state says (except the digest itself): a state changed by hand or damaged is
+    refused instead of restoring somewhere else."""
+    content = {key: value for key, value in state.items() if key != "digest"}
+    return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def seal(state: dict[str, Any]) -> dict[str, Any]:
+    """Adds the digest to a state."""
+    state["digest"] = digest(state)
+    return state
 
 
 def _integer(value: Any, what: str, low: int = 0) -> int:
@@ -126,7 +142,7 @@ def validate(state: Any, fingerprint: str) -> dict[str, Any]:
     for key in ("sweep", "block", "position", "block_position", "block_samples", "partitioning", "layers"):
         if key not in cursor:
             raise ConfigError(f"checkpoint: missing cursor field {key!r}")
-    return {
+    checked = {
         "version": version,
         "minibatchSourcePosition": _integer(state["minibatchSourcePosition"], "minibatchSourcePosition"),
         "fingerprint": state["fingerprint"],
@@ -141,6 +157,9 @@ def validate(state: Any, fingerprint: str) -> dict[str, Any]:
         },
         "bptt_slots": _bptt(state.get("bptt_slots")),
     }
+    if state.get("digest") != digest(state):
+        raise ConfigError("checkpoint: the state was modified or damaged (its digest does not match its contents)")
+    return checked
 
 
 def merge_checkpoints(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -184,10 +203,12 @@ def merge_checkpoints(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             c["position"] if c["sweep"] == sweep else (ALL_CONSUMED if c["sweep"] > sweep else 0) for c in ordered
         ]
         layers[str(sweep)] = [*inherited, [count, cursors]]
-    return {
-        "version": CHECKPOINT_VERSION,
-        "minibatchSourcePosition": earliest["minibatchSourcePosition"],
-        "fingerprint": earliest["fingerprint"],
-        "epoch": earliest["epoch"],
-        "cursor": {**first, "partitioning": None, "layers": layers},
-    }
+    return seal(
+        {
+            "version": CHECKPOINT_VERSION,
+            "minibatchSourcePosition": earliest["minibatchSourcePosition"],
+            "fingerprint": earliest["fingerprint"],
+            "epoch": earliest["epoch"],
+            "cursor": {**first, "partitioning": None, "layers": layers},
+        }
+    )

@@ -189,9 +189,10 @@ class Cursor:
                         self.offset = own.position(first + count - 1) + 1
                     break
             self.offset = len(block)
+            layered = bool(self.layers.get(self.sweep))  # earlier partitions may have read all of its share
             if self._next_block():
                 sweep_ends.append(taken)
-                idle_sweeps = 0 if taken else idle_sweeps + 1
+                idle_sweeps = 0 if taken or layered else idle_sweeps + 1
                 if idle_sweeps > 1:
                     break  # this partition owns no unit at all
         return self._selection(pieces, sweep_ends)
@@ -234,6 +235,15 @@ class Cursor:
         return result
 
     # --- state -------------------------------------------------------------------------------------
+    def mark(self) -> tuple[Any, ...]:
+        """A cheap snapshot of the position, to :meth:`rewind` to when a read fails after selecting."""
+        layers = {s: [(n, list(c)) for n, c in entries] for s, entries in self.layers.items()}
+        return (self.sweep, self.block, self.offset, self.unit_base, self.sample_base, self.partitioning, layers)
+
+    def rewind(self, mark: tuple[Any, ...]) -> None:
+        self.sweep, self.block, self.offset, self.unit_base, self.sample_base, self.partitioning, self.layers = mark
+        self._own_cache.clear()
+
     def get_state(self) -> dict[str, Any]:
         return {
             "sweep": self.sweep,

@@ -153,7 +153,10 @@ class SweepOrder:
             chunk = int(self.chunk_order[rank])
             r = self.randomization
             rng = np.random.default_rng([r.seed % 2**64, self.sweep, chunk])
-            keys = self._starts[rank] + self._window * rng.random(int(self.corpus.units_per_chunk[chunk]))
+            start = self._starts[rank]
+            keys = start + self._window * rng.random(int(self.corpus.units_per_chunk[chunk]))
+            # u < 1, but start + window * u can round up to start + window: keep every key in the chunk's range
+            np.minimum(keys, np.nextafter(start + self._window, -np.inf), out=keys)
             order = np.argsort(keys, kind="stable")
             cached = (keys[order], self.corpus.unit_starts[chunk] + order)
             self._keys[rank] = cached

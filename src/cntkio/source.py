@@ -15,7 +15,7 @@ import numpy as np
 
 from .assemble import Assembler
 from .bptt import BpttSlots, row_layout
-from .checkpoint import CHECKPOINT_VERSION, merge_checkpoints, validate
+from .checkpoint import CHECKPOINT_VERSION, merge_checkpoints, seal, validate
 from .chunk_cache import ChunkCache
 from .corpus import Corpus
 from .cursor import Cursor, Selection
@@ -254,8 +254,22 @@ class MinibatchSource:
         None at the end."""
         if minibatch_size <= 0:
             raise ValueError(f"minibatch_size_in_samples must be positive, got {minibatch_size}")
-        if self.truncation_length:
-            return self._read_bptt(minibatch_size, partitions, index, gather)
+        mark = self._cursor.mark()
+        slots = self._slots.state() if self.truncation_length else None
+        try:
+            if self.truncation_length:
+                return self._read_bptt(minibatch_size, partitions, index, gather)
+            return self._read_sequences(minibatch_size, partitions, index, gather)
+        except BaseException:  # nothing was delivered: the next read starts where this one did
+            self._cursor.rewind(mark)
+            if slots is not None:
+                self._slots.restore(slots)
+            self._planned = None
+            raise
+
+    def _read_sequences(
+        self, minibatch_size: int, partitions: int, index: int, gather: bool
+    ) -> Minibatch | bool | None:
         budget = max(1, minibatch_size // partitions + (index < minibatch_size % partitions))
         selection = self._cursor.select(budget, partitions, index, self._epoch_end)
         if not len(selection.units):
@@ -340,7 +354,7 @@ class MinibatchSource:
             }
             if self.truncation_length:
                 state["bptt_slots"] = self._slots.state()
-            return state
+            return seal(state)
 
     def restore_from_checkpoint(self, state: Mapping[str, Any]) -> None:
         """Continues from a state of :meth:`get_checkpoint_state` (or CNTK's ``{'minibatchSourcePosition': n}``,
@@ -361,9 +375,11 @@ class MinibatchSource:
                 units = [u for slot in bptt["slots"] for u, _, _ in slot] + [u for u, _, _ in bptt["waiting"]]
                 if any(u >= self._corpus.num_units for u in units):
                     raise ConfigError("checkpoint: a BPTT slot names a sequence outside the data")
-            self._cursor.set_state(checked["cursor"])
-            if self._cursor.position != checked["minibatchSourcePosition"]:
+            cursor = Cursor(self._corpus, self.randomization)  # the source changes only once every check passed
+            cursor.set_state(checked["cursor"])
+            if cursor.position != checked["minibatchSourcePosition"]:
                 raise ConfigError("checkpoint: minibatchSourcePosition does not match the cursor (a modified state?)")
+            self._cursor = cursor
             self._slots.restore(bptt)
             self._epoch = checked["epoch"]
             self._epoch_end = self._compute_epoch_end()

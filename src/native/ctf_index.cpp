@@ -5,6 +5,7 @@
 #include <malloc.h>
 #endif
 #include <cstring>
+#include <exception>
 #include <string>
 #include <thread>
 
@@ -200,6 +201,7 @@ class Indexer {
     if (!tail.result_.fatal.empty()) {
       IndexResult failed = std::move(tail.result_);
       failed.fatal_line += base_line;
+      failed.begin = result_.begin;
       return failed;
     }
     for (int64_t i = 0; i < static_cast<int64_t>(tail.offsets_.size()); ++i) {
@@ -537,10 +539,25 @@ IndexResult index_file(int fd, int64_t size, const IndexOptions& options) {
   } else {
     Indexer tail(options);
     bool tail_ok = true;
-    std::thread worker([&] { tail_ok = tail.scan(fd, split, size, 0, mode, false); });
-    const bool head_ok = head.scan(fd, begin, split, first_line, mode, true);
+    std::exception_ptr tail_error;  // an I/O error in either half is rethrown here, after both are done
+    std::thread worker([&] {
+      try {
+        tail_ok = tail.scan(fd, split, size, 0, mode, false);
+      } catch (...) {
+        tail_error = std::current_exception();
+      }
+    });
+    bool head_ok = false;
+    std::exception_ptr head_error;
+    try {
+      head_ok = head.scan(fd, begin, split, first_line, mode, true);
+    } catch (...) {
+      head_error = std::current_exception();
+    }
     worker.join();
+    if (head_error) std::rethrow_exception(head_error);
     if (!head_ok) return head.take_result();
+    if (tail_error) std::rethrow_exception(tail_error);
     scanned = head.bytes_read + (tail_ok ? tail.bytes_read : 0);
     result = head.merge(tail);
     if (!tail_ok) return result;

@@ -191,18 +191,10 @@ class CTFDeserializer(Deserializer):
 
     def _build_index(self) -> None:
         defining = next((i for i, s in enumerate(self._streams) if s.defines_mb_size), -1)
-        index = _native.ctf_index(
-            self._fd,
-            self.file_size,
-            self.skip_sequence_ids,
-            self._aliases,
-            defining,
-            self.compat,
-            self.compat,
-            not self.optional_inputs,
-            self.chunk_size_in_bytes,
-            threads=min(2, os.cpu_count() or 1),
-        )
+        try:
+            index = self._native_index(defining)
+        except RuntimeError as error:  # an I/O error while reading the file
+            raise OSError(f"cannot index CTF file '{self.filename}': {error}") from None
         if index["fatal"]:
             location = Location(
                 self.filename, int(index["fatal_offset"]), int(index["fatal_line"]) or None,
@@ -230,6 +222,20 @@ class CTFDeserializer(Deserializer):
                 "no sequence with data for the configured streams", Location(self.filename, int(index["begin"]))
             )
         self._warn_about_index()
+
+    def _native_index(self, defining: int) -> dict[str, Any]:
+        return _native.ctf_index(
+            self._fd,
+            self.file_size,
+            self.skip_sequence_ids,
+            self._aliases,
+            defining,
+            self.compat,
+            self.compat,
+            not self.optional_inputs,
+            self.chunk_size_in_bytes,
+            threads=min(2, os.cpu_count() or 1),
+        )
 
     def _check_unchanged(self, since: str) -> None:
         """Raises if the open file's size or modification time changed (it is rewritten in place)."""
