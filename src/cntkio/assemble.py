@@ -17,6 +17,7 @@ from .minibatch import Minibatch, MinibatchData, Provenance
 logger = logging.getLogger("cntkio")
 
 SEQUENCES, FRAMES, PIECES = 0, 1, 2
+PRIMARY = 0  # the deserializer whose sequences drive the order
 
 
 class Assembler:
@@ -26,7 +27,8 @@ class Assembler:
         self.corpus = corpus
         self.cache = cache
         self.kind = FRAMES if corpus.frame_mode else SEQUENCES
-        self.infos = corpus.streams
+        self.infos = corpus.streams_of(PRIMARY)  # the units are the primary's (secondaries join by key: issue 7)
+        self.slots = cache.slots[PRIMARY]
         self.invalid_units = 0  # units skipped because a counted error left their sequence short
 
     def minibatch(
@@ -41,10 +43,10 @@ class Assembler:
         each piece) for truncated BPTT: then every row of the result holds the pieces of one slot."""
         offsets, counts, kind = (None, None, self.kind) if pieces is None else (pieces[0], pieces[1], PIECES)
         try:
-            streams, keep, short = self.cache.slots.gather(chunks, units, offsets, counts, kind)
+            streams, keep, short = self.slots.gather(chunks, units, offsets, counts, kind)
         except _native.ChunkNotLoaded:  # the first read of a chunk in this block: load it, then gather
-            self.cache.ensure(np.unique(chunks).tolist())
-            streams, keep, short = self.cache.slots.gather(chunks, units, offsets, counts, kind)
+            self.cache.ensure((PRIMARY, chunk) for chunk in np.unique(chunks).tolist())
+            streams, keep, short = self.slots.gather(chunks, units, offsets, counts, kind)
         if short is not None:
             self._raise_short(units, *short)
         if keep is not None:

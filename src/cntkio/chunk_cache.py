@@ -20,9 +20,12 @@ from .corpus import Corpus
 from .deserializer import SparseStream, StreamData
 from .errors import CNTKIOError, ConfigError
 
+Key = tuple[int, int]  # (deserializer, chunk in that deserializer's slot table)
+
 
 class ChunkCache:
-    """The loaded chunks of a corpus, by table chunk; the reader says which to keep (:meth:`retain`).
+    """The loaded chunks of a corpus, keyed by (deserializer, chunk), in one native slot table per
+    deserializer; the reader says which to keep (:meth:`retain`).
 
     ``threads`` background parsers prefetch chunks; 0 parses on demand in the calling thread.
     """
@@ -30,99 +33,92 @@ class ChunkCache:
     def __init__(self, corpus: Corpus, threads: int):
         self.corpus = corpus
         self.threads = threads
-        self._infos = corpus.streams
-        layout = [(info.is_sparse, _width(info), info.dtype.kind, info.dtype.itemsize) for info in self._infos]
-        self.slots = _native.ChunkSlots(layout, corpus.num_chunks)
-        self._futures: dict[int, Future[None]] = {}
+        self.slots = [
+            _native.ChunkSlots(
+                [(info.is_sparse, _width(info), info.dtype.kind, info.dtype.itemsize) for info in corpus.streams_of(d)],
+                corpus.num_chunks,
+            )
+            for d in range(len(corpus.deserializers))
+        ]
+        self._futures: dict[Key, Future[None]] = {}
         self._lock = threading.Lock()
         self._closed = False
         self._executor = (
             ThreadPoolExecutor(max_workers=threads, thread_name_prefix="cntkio-parse") if threads > 0 else None
         )
 
-    def ensure(self, chunks: Iterable[int]) -> None:
+    def ensure(self, keys: Iterable[Key]) -> None:
         """Loads the chunks unless they are loaded or being loaded, and waits for them. With a thread pool
         the pool parses them (in the order given) while this thread waits, so no core runs two parsers."""
         waiting = []
-        for chunk in chunks:
-            future, owner = self._claim(int(chunk))
+        for key in keys:
+            future, owner = self._claim(key)
             if owner:
                 if self._executor is None:
-                    self._load_into(int(chunk), future)
+                    self._load_into(key, future)
                 else:
-                    self._executor.submit(self._load_into, int(chunk), future)
+                    self._executor.submit(self._load_into, key, future)
             waiting.append(future)
         for future in waiting:
             future.result()
 
-    def prefetch(self, chunks: Iterable[int]) -> None:
+    def prefetch(self, keys: Iterable[Key]) -> None:
         """Starts loading chunks in the background if they are not cached yet."""
         if self._executor is None:
             return
-        for chunk in chunks:
-            future, owner = self._claim(int(chunk))
+        for key in keys:
+            future, owner = self._claim(key)
             if owner:
-                self._executor.submit(self._load_into, int(chunk), future)
+                self._executor.submit(self._load_into, key, future)
 
-    def _claim(self, chunk: int) -> tuple[Future[None], bool]:
+    def _claim(self, key: Key) -> tuple[Future[None], bool]:
         with self._lock:
             if self._closed:
                 raise ValueError("the source is closed")
-            future = self._futures.get(chunk)
+            future = self._futures.get(key)
             if future is not None:
                 return future, False
             future = Future()
             future.set_running_or_notify_cancel()
-            self._futures[chunk] = future
+            self._futures[key] = future
             return future, True
 
-    def retain(self, keep: set[int]) -> None:
+    def retain(self, keep: set[Key]) -> None:
         """Drops every loaded chunk not in ``keep``."""
         with self._lock:
-            for chunk in [c for c, future in self._futures.items() if c not in keep and future.done()]:
-                del self._futures[chunk]
-                self.slots.clear(chunk)
+            for key in [k for k, future in self._futures.items() if k not in keep and future.done()]:
+                del self._futures[key]
+                self.slots[key[0]].clear(key[1])
 
     def __len__(self) -> int:
         return len(self._futures)
 
-    def _load_into(self, chunk: int, future: Future[None]) -> None:
+    def _load_into(self, key: Key, future: Future[None]) -> None:
         try:
-            self._load(chunk)
+            self._load(key)
             future.set_result(None)
         except BaseException as error:  # re-raised in the thread that asks for the chunk
             with self._lock:
-                if self._futures.get(chunk) is future:
-                    del self._futures[chunk]
+                if self._futures.get(key) is future:
+                    del self._futures[key]
             future.set_exception(error)
 
-    def _load(self, chunk: int) -> None:
-        corpus = self.corpus
-        deserializer_chunk = int(corpus.chunk_ids[chunk])
-        data = corpus.primary.get_chunk(deserializer_chunk)
-        sequences = int(np.diff(corpus.primary.sequence_index().chunk_starts)[deserializer_chunk])
+    def _load(self, key: Key) -> None:
+        number, chunk = key
+        deserializer, chunk_id, row0, first_unit, frame_starts = self.corpus.slot_source(number, chunk)
+        source = deserializer.source_name
+        data = deserializer.get_chunk(chunk_id)
+        sequences = int(np.diff(deserializer.sequence_index().chunk_starts)[chunk_id])
         columns = []
-        for info in self._infos:
+        for info in self.corpus.streams_of(number):
             if info.name not in data:
-                raise ConfigError(
-                    f"{corpus.primary.source_name}: chunk {deserializer_chunk} has no stream '{info.name}'"
-                )
-            columns.append(_columns(data[info.name], info, corpus.primary.source_name, deserializer_chunk))
+                raise ConfigError(f"{source}: chunk {chunk_id} has no stream '{info.name}'")
+            columns.append(_columns(data[info.name], info, source, chunk_id))
         invalid = getattr(data, "invalid", None)
         try:
-            self.slots.load(
-                chunk,
-                columns,
-                sequences,
-                invalid,
-                int(corpus.row0[chunk]),
-                int(corpus.unit_starts[chunk]),
-                corpus.frame_starts_of(chunk),
-            )
+            self.slots[number].load(chunk, columns, sequences, invalid, row0, first_unit, frame_starts)
         except ValueError as error:
-            raise CNTKIOError(
-                f"{corpus.primary.source_name}: chunk {deserializer_chunk} is malformed: {error}"
-            ) from None
+            raise CNTKIOError(f"{source}: chunk {chunk_id} is malformed: {error}") from None
 
     def close(self) -> None:
         """Stops background parsing; later requests raise ``ValueError``."""
@@ -135,8 +131,8 @@ class ChunkCache:
             if not future.done():
                 future.set_exception(ValueError("the source is closed"))
         with self._lock:
-            for chunk in list(self._futures):
-                self.slots.clear(chunk)
+            for number, chunk in list(self._futures):
+                self.slots[number].clear(chunk)
             self._futures.clear()
 
 

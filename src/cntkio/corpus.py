@@ -33,11 +33,14 @@ class Corpus:
         self.deserializers = deserializers
         self.primary = deserializers[0]
         self.frame_mode = frame_mode
-        infos = self.primary.stream_infos()
-        names = [info.name for info in infos]
-        if len(set(names)) != len(names):
-            raise ConfigError(f"two streams have the same name: {names}")
-        self.streams: list[StreamInformation] = infos
+        self.streams: list[StreamInformation] = []
+        self.routing: dict[str, int] = {}  # stream name -> the deserializer that produces it
+        for number, deserializer in enumerate(deserializers):
+            for info in deserializer.stream_infos():
+                if info.name in self.routing:
+                    raise ConfigError(f"two streams have the same name: '{info.name}'")
+                self.routing[info.name] = number
+                self.streams.append(info)
         index = self.primary.sequence_index()
         first, stop = data_slice if data_slice is not None else (0, index.num_sequences)
         self.first_sequence = first
@@ -78,6 +81,24 @@ class Corpus:
     def chunk_of_units(self, units: np.ndarray) -> np.ndarray:
         """Table chunk of each unit (int32)."""
         return (np.searchsorted(self.unit_starts, units, side="right") - 1).astype(np.int32)
+
+    def streams_of(self, deserializer: int) -> list[StreamInformation]:
+        """The streams a deserializer produces, in the corpus's stream order."""
+        return [info for info in self.streams if self.routing[info.name] == deserializer]
+
+    def slot_source(self, deserializer: int, chunk: int) -> tuple[Deserializer, int, int, int, np.ndarray | None]:
+        """Where slot ``chunk`` of a deserializer's slot table comes from: (deserializer, its chunk id, first row
+        used, reader-wide number of the first unit, frame starts in frame mode). The primary's slots are the
+        table chunks."""
+        if deserializer != 0:
+            raise ValueError(f"deserializer {deserializer} has no slot table")
+        return (
+            self.primary,
+            int(self.chunk_ids[chunk]),
+            int(self.row0[chunk]),
+            int(self.unit_starts[chunk]),
+            self.frame_starts_of(chunk),
+        )
 
     def frame_starts_of(self, chunk: int) -> np.ndarray | None:
         """Frame mode: first frame of each sequence of a table chunk, from 0 (for the native gather)."""

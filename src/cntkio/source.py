@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .assemble import Assembler
+from .assemble import PRIMARY, Assembler
 from .bptt import BpttSlots, row_layout
 from .checkpoint import CHECKPOINT_VERSION, merge_checkpoints, seal, validate
 from .chunk_cache import ChunkCache
@@ -324,12 +324,12 @@ class MinibatchSource:
             for block_chunks in upcoming[1:]:
                 ahead.extend(c for c in block_chunks.tolist() if c not in window and c not in ahead)
             ahead = ahead[:threads]
-        self._cache.retain(window | set(ahead))
-        self._cache.ensure(sorted(needed))
+        self._cache.retain({(PRIMARY, c) for c in window | set(ahead)})
+        self._cache.ensure((PRIMARY, c) for c in sorted(needed))
         if threads and self.position < self._epoch_end:
             # The rest of the block's window, then the next blocks'; a later read in this block that finds
             # a chunk not loaded yet (no prefetch) loads it then (the native gather refuses to guess).
-            self._cache.prefetch(sorted(window - needed - in_flight) + ahead)
+            self._cache.prefetch((PRIMARY, c) for c in sorted(window - needed - in_flight) + ahead)
 
     # --- checkpoints -----------------------------------------------------------------------------
     def _fingerprint(self) -> str:
