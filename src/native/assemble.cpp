@@ -8,6 +8,8 @@ namespace cntkio::assemble {
 
 namespace {
 
+constexpr int64_t kPrefetch = 8;  // units ahead whose rows are prefetched
+
 [[noreturn]] void invalid(size_t stream, const std::string& what) {
   throw std::invalid_argument("stream " + std::to_string(stream) + ": " + what);
 }
@@ -53,10 +55,18 @@ GatherResult gather(const std::vector<const Slot*>& slots, const Request& reques
   const int64_t n = request.n;
   GatherResult result;
   result.streams.resize(num_streams);
-  // Pass 1: each unit's row and first sample, and how many samples it takes from each stream.
-  std::vector<int64_t> rows(n), firsts(n), counts(static_cast<size_t>(n) * num_streams);
+  // Pass 1: each unit's row and first sample, and how many samples it takes from each stream. The units
+  // of a randomized minibatch lie far apart in memory: the next units' rows are prefetched while one is read.
+  std::vector<int64_t> firsts(n), counts(static_cast<size_t>(n) * num_streams), samples_at(counts.size());
   std::vector<const Chunk*> chunks(n);
   for (int64_t i = 0; i < n; ++i) {
+    if (request.kind != UnitKind::frames && i + kPrefetch < n) {
+      const Slot& ahead = *slots[request.chunk[i + kPrefetch]];
+      const int64_t row = request.unit[i + kPrefetch] - ahead.first_unit + ahead.row0;
+      if (row >= 0 && row < ahead.chunk->sequences) {
+        for (const Column& c : ahead.chunk->columns) __builtin_prefetch(c.seq_offsets + row);
+      }
+    }
     const Slot& slot = *slots[request.chunk[i]];
     const Chunk& chunk = *slot.chunk;
     int64_t row = request.unit[i] - slot.first_unit, first = 0, take = -1;  // take < 0: the whole sequence
@@ -74,7 +84,6 @@ GatherResult gather(const std::vector<const Slot*>& slots, const Request& reques
     }
     row += slot.row0;
     if (row < 0 || row >= chunk.sequences) throw std::invalid_argument("sequence outside its chunk");
-    rows[i] = row;
     firsts[i] = first;
     chunks[i] = &chunk;
     // Frames and pieces of a sequence a counted error damaged would not line up across streams: the
@@ -87,6 +96,8 @@ GatherResult gather(const std::vector<const Slot*>& slots, const Request& reques
     for (size_t s = 0; s < num_streams; ++s) {
       const Column& c = chunk.columns[s];
       const int64_t length = c.seq_offsets[row + 1] - c.seq_offsets[row];
+      samples_at[i * num_streams + s] = c.seq_offsets[row] + first;
+      if (c.sparse) __builtin_prefetch(c.indptr + samples_at[i * num_streams + s]);
       int64_t& count = counts[i * num_streams + s];
       if (invalid) {
         count = 0;
@@ -113,9 +124,16 @@ GatherResult gather(const std::vector<const Slot*>& slots, const Request& reques
       if (!kept(i)) continue;
       const Column& c = chunks[i]->columns[s];
       const int64_t count = counts[i * num_streams + s];
-      const int64_t sample = c.seq_offsets[rows[i]] + firsts[i];
+      const int64_t sample = samples_at[i * num_streams + s];
       samples += count;
-      if (sparse) entries += c.indptr[sample + count] - c.indptr[sample];
+      if (sparse) {
+        const int64_t a = c.indptr[sample];
+        __builtin_prefetch(c.values + a * itemsize);
+        __builtin_prefetch(c.indices + a);
+        entries += c.indptr[sample + count] - a;
+      } else {
+        __builtin_prefetch(c.values + sample * width * itemsize);
+      }
     }
     out.lengths.reserve(n);
     if (sparse) {
@@ -131,7 +149,7 @@ GatherResult gather(const std::vector<const Slot*>& slots, const Request& reques
       if (!kept(i)) continue;
       const Column& c = chunks[i]->columns[s];
       const int64_t count = counts[i * num_streams + s];
-      const int64_t sample = c.seq_offsets[rows[i]] + firsts[i];
+      const int64_t sample = samples_at[i * num_streams + s];
       out.lengths.push_back(count);
       if (c.sparse) {
         const int64_t a = c.indptr[sample], b = c.indptr[sample + count];
