@@ -5,12 +5,20 @@ set -euo pipefail
 cd "$(dirname "$0")"
 seconds=${1:-20}
 out=$(mktemp -d)
-sources=(ctf_fuzz.cpp ../src/native/ctf_index.cpp ../src/native/ctf_parse.cpp)
 flags=(-std=c++17 -O1 -g -pthread -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all)
-if command -v clang++ >/dev/null 2>&1; then
-  clang++ "${flags[@]}" -fsanitize=fuzzer "${sources[@]}" -o "$out/fuzz_ctf"
-  "$out/fuzz_ctf" -max_total_time="$seconds" -max_len=4096 seeds/
-else
-  g++ "${flags[@]}" "${sources[@]}" standalone_main.cpp -o "$out/fuzz_ctf"
-  "$out/fuzz_ctf" --seconds "$seconds" seeds/*
-fi
+
+# run NAME SECONDS SOURCES...: builds one target and runs it on the seeds for that long
+run() {
+  local name=$1 time=$2
+  shift 2
+  if command -v clang++ >/dev/null 2>&1; then
+    clang++ "${flags[@]}" -fsanitize=fuzzer "$@" -o "$out/$name"
+    "$out/$name" -max_total_time="$time" -max_len=4096 seeds/
+  else
+    g++ "${flags[@]}" "$@" standalone_main.cpp -o "$out/$name"
+    "$out/$name" --seconds "$time" seeds/*
+  fi
+}
+
+run fuzz_ctf $((seconds * 3 / 4)) ctf_fuzz.cpp ../src/native/ctf_index.cpp ../src/native/ctf_parse.cpp
+run fuzz_assemble $((seconds / 4)) assemble_fuzz.cpp ../src/native/assemble.cpp
