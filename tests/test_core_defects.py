@@ -638,3 +638,17 @@ def test_keys_that_round_up_to_the_end_of_their_range_keep_their_chunk(monkeypat
     sweep = order.SweepOrder(corpus, order.Randomization(True, 10**5, True, 0, False), 0)
     units = np.concatenate([sweep.block(k).units for k in range(sweep.num_blocks)])
     assert sorted(units.tolist()) == list(range(12))
+
+
+def test_a_pickled_ctf_deserializer_reopens_its_file_and_refuses_a_changed_one(tmp_path):
+    import pickle
+
+    path = sequences_file(tmp_path, 20)
+    reader = CTFDeserializer(path, X, chunk_size_in_bytes=60, max_errors=3)
+    copy = pickle.loads(pickle.dumps(reader))
+    np.testing.assert_array_equal(copy.get_chunk(1)["x"].values, reader.get_chunk(1)["x"].values)
+    assert copy.errors.max_errors == 3 and copy.num_chunks() == reader.num_chunks()
+    data = pickle.dumps(reader)
+    path.write_text(path.read_text() + "20 |x 20 0\n")
+    with pytest.raises(FormatError, match="changed since the deserializer was pickled"):
+        pickle.loads(data)

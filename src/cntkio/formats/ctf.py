@@ -132,6 +132,14 @@ class CTFDeserializer(Deserializer):
         frame_mode: bool = False,
     ):
         self.filename = os.fspath(filename)
+        self._arguments = (
+            (self.filename, streams),
+            {
+                "max_errors": max_errors, "skip_sequence_ids": skip_sequence_ids,
+                "chunk_size_in_bytes": chunk_size_in_bytes, "precision": precision, "trace_level": trace_level,
+                "optional_inputs": optional_inputs, "compat": compat,
+            },
+        )  # fmt: skip
         self._streams = _streams_from_defs(streams)
         self.dtype = _parse_precision(precision)
         if int(chunk_size_in_bytes) <= 0:
@@ -373,8 +381,11 @@ class CTFDeserializer(Deserializer):
     def __del__(self) -> None:
         self.close()
 
-    def __getstate__(self) -> dict[str, Any]:
-        raise TypeError("a CTFDeserializer holds an open file and cannot be pickled; pickle a function that builds it")
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickles as its arguments and the file's identity: the copy opens and indexes the file again, and
+        refuses a file that changed meanwhile (other data under the same name)."""
+        args, kwargs = self._arguments
+        return (_reopen, (args, kwargs, self._identity[2:]))
 
     # --------------------------------------------------------------------------------- errors
     def _report(self, errors: dict[str, np.ndarray], sequence_base: int) -> None:
@@ -412,6 +423,17 @@ class CTFDeserializer(Deserializer):
             "skipped_lines": self.dropped_lines,
             "skipped_sequences": self.dropped_sequences,
         }
+
+
+def _reopen(args: tuple[Any, ...], kwargs: dict[str, Any], identity: tuple[int, int]) -> CTFDeserializer:
+    reader = CTFDeserializer(*args, **kwargs)
+    if reader._identity[2:] != tuple(identity):
+        reader.close()
+        raise FormatError(
+            "the file changed since the deserializer was pickled; build a new one to read the new contents",
+            Location(reader.filename, 0),
+        )
+    return reader
 
 
 def _same(error: FormatError) -> FormatError:
