@@ -51,8 +51,9 @@ class Assembler:
             self._raise_short(units, *short)
         if keep is not None:
             kept = keep.astype(bool)
+            if not self.invalid_units:  # said once; MinibatchSource.invalid_sequences_skipped keeps the count
+                logger.warning("skipping the frames/pieces of sequences left short by counted errors")
             self.invalid_units += int(len(kept) - np.count_nonzero(kept))
-            logger.warning("skipped %d unit(s) of sequences left short by counted errors", len(kept) - int(kept.sum()))
             units = units[kept]
             if pieces is not None:
                 pieces = (pieces[0][kept], pieces[1][kept], pieces[2][kept])

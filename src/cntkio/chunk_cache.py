@@ -19,6 +19,7 @@ from . import _native
 from .corpus import Corpus
 from .deserializer import SparseStream, StreamData
 from .errors import CNTKIOError, ConfigError
+from .streams import StreamInformation
 
 Key = tuple[int, int]  # (deserializer, chunk in that deserializer's slot table)
 
@@ -136,17 +137,16 @@ class ChunkCache:
             self._futures.clear()
 
 
-def _width(info: object) -> int:
-    shape = getattr(info, "shape", (1,))
-    return int(np.prod(shape)) if shape else 1
+def _width(info: StreamInformation) -> int:
+    """Values of one sample (dense), or the dimension (sparse)."""
+    return int(np.prod(info.shape)) if info.shape else 1
 
 
 def _columns(
-    data: StreamData, info: object, source: str, chunk: int
+    data: StreamData, info: StreamInformation, source: str, chunk: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
     """A stream's arrays in the form the native slots take, converted only where needed."""
-    name = getattr(info, "name", "?")
-    dtype = getattr(info, "dtype", None)
+    name, dtype = info.name, info.dtype
     values = np.asarray(data.values)
     if values.dtype != dtype:
         raise CNTKIOError(f"{source}: chunk {chunk}, stream '{name}': values are {values.dtype}, expected {dtype}")

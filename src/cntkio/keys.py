@@ -29,10 +29,6 @@ class KeyColumn:
     def __getitem__(self, index: int) -> Any:
         return self.take(np.array([index], dtype=np.int64))[0]
 
-    def repeated(self) -> int:
-        """Number of sequences whose key an earlier sequence already has."""
-        raise NotImplementedError
-
     @staticmethod
     def of(keys: Sequence[Any] | np.ndarray) -> KeyColumn:
         """The column of a list or array of keys: integers, strings, or (a fallback) other objects."""
@@ -78,13 +74,6 @@ class NumericKeys(KeyColumn):
     def slice(self, start: int, stop: int) -> NumericKeys:
         return NumericKeys(self.values[start:stop])
 
-    def repeated(self) -> int:
-        values = self.values
-        if len(values) < 2 or bool(np.all(values[1:] > values[:-1])):
-            return 0
-        ordered = np.sort(values)
-        return int(np.count_nonzero(ordered[1:] == ordered[:-1]))
-
 
 class TextKeys(KeyColumn):
     """Text keys: ``blob[offsets[i]:offsets[i + 1]]`` is the UTF-8 text of key i."""
@@ -112,13 +101,6 @@ class TextKeys(KeyColumn):
     def slice(self, start: int, stop: int) -> TextKeys:
         return TextKeys(self.blob, self.offsets[start : stop + 1])
 
-    def repeated(self) -> int:
-        if len(self) < 2:
-            return 0
-        data = self.blob.tobytes()
-        bounds = self.offsets.tolist()
-        return len(self) - len({data[a:b] for a, b in zip(bounds[:-1], bounds[1:])})
-
 
 class ObjectKeys(KeyColumn):
     """Keys of other types from plug-ins (kept as given)."""
@@ -134,12 +116,6 @@ class ObjectKeys(KeyColumn):
 
     def slice(self, start: int, stop: int) -> ObjectKeys:
         return ObjectKeys(self.keys[start:stop])
-
-    def repeated(self) -> int:
-        try:
-            return len(self.keys) - len(set(self.keys))
-        except TypeError:
-            return 0
 
 
 def shorten(key: Any, limit: int = MAX_KEY_CHARS_SHOWN) -> str:

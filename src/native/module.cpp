@@ -310,11 +310,6 @@ class ChunkSlots {
     slots_[index].reset();
   }
 
-  bool loaded(int64_t index) const {
-    check_index(index);
-    return slots_[index] != nullptr;
-  }
-
   size_t size() const { return slots_.size(); }
 
   nb::tuple gather(IndexArray chunk, OffsetArray unit, std::optional<OffsetArray> offset,
@@ -420,7 +415,6 @@ NB_MODULE(_native, m) {
       .def("load", &ChunkSlots::load, "index"_a, "columns"_a, "sequences"_a, "bad"_a.none(), "row0"_a,
            "first_unit"_a, "frame_starts"_a.none())
       .def("clear", &ChunkSlots::clear, "index"_a)
-      .def("loaded", &ChunkSlots::loaded, "index"_a)
       .def("__len__", &ChunkSlots::size)
       .def("gather", &ChunkSlots::gather, "chunk"_a, "unit"_a, "offset"_a.none(), "count"_a.none(), "kind"_a);
 }
