@@ -1,6 +1,7 @@
 // Fuzz target of the native minibatch assembly (libFuzzer entry point): chunks built from the input bytes
-// (sequence offsets, CSR arrays, indices, invalid-sequence flags) must either be refused by `validate` or
-// gather any request without reading out of bounds; a gathered minibatch's arrays must be consistent.
+// (sequence offsets, CSR arrays, indices, invalid-sequence flags, a primary's rows, a secondary's lookup,
+// truncation caps) must either be refused at the boundary or gather any request without reading out of
+// bounds; a gathered minibatch's arrays must be consistent.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -34,12 +35,8 @@ struct Owned {
   std::vector<int32_t> indices;
 };
 
-}  // namespace
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  Reader in{data, size};
-  const std::vector<ColumnSpec> layout = {{false, 3, 4}, {true, 20, 4}};
-  const int64_t sequences = 1 + in.next(12);
+// A chunk of `layout` built from the input (often malformed), or null when `validate` refuses it.
+std::shared_ptr<Chunk> make_chunk(Reader& in, const std::vector<ColumnSpec>& layout, int64_t sequences) {
   auto owned = std::make_shared<std::vector<Owned>>(layout.size());
   auto chunk = std::make_shared<Chunk>();
   chunk->sequences = sequences;
@@ -75,18 +72,61 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     validate(*chunk, layout);
   } catch (const std::invalid_argument&) {
-    return 0;  // refused at the boundary: never gathered
+    return nullptr;  // refused at the boundary: never gathered
   }
-  Slot slot;
-  slot.chunk = chunk;
-  slot.row0 = in.next(2);
-  slot.first_unit = 100;
+  return chunk;
+}
+
+}  // namespace
+
+// A primary chunk (some of its rows, as a table chunk) joined to a secondary chunk through a fuzzed
+// lookup; any request either fails cleanly or gives consistent arrays for every stream.
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  Reader in{data, size};
+  const std::vector<ColumnSpec> primary_layout = {{false, 3, 4}, {true, 20, 4}};
+  const std::vector<ColumnSpec> secondary_layout = {{true, 7, 4}};
+  const int64_t sequences = 1 + in.next(12), secondary_sequences = 1 + in.next(12);
+  auto primary = make_chunk(in, primary_layout, sequences);
+  auto secondary = make_chunk(in, secondary_layout, secondary_sequences);
+  if (!primary || !secondary) return 0;
+  Store store({primary_layout, secondary_layout}, {1, 1});
+  auto slot = std::make_shared<Slot>();
+  slot->chunk = primary;
+  slot->row0 = in.next(2);
+  if (in.next(2)) {
+    for (int64_t q = 0; q < sequences; ++q) {
+      if (in.next(2)) slot->rows.push_back(q + (in.next(32) == 0 ? sequences : 0));
+    }
+  }
+  slot->first_unit = 100;
+  slot->first_sequence = in.next(3);
+  const int64_t used = slot->rows.empty() ? sequences - slot->row0 : static_cast<int64_t>(slot->rows.size());
   const UnitKind kind = static_cast<UnitKind>(in.next(3));
   if (kind == UnitKind::frames) {
-    slot.frame_starts.push_back(0);
-    for (int64_t q = slot.row0; q < sequences; ++q) slot.frame_starts.push_back(slot.frame_starts.back() + 1 + in.next(3));
+    slot->frame_starts.push_back(0);
+    for (int64_t q = 0; q < used; ++q) slot->frame_starts.push_back(slot->frame_starts.back() + 1 + in.next(3));
   }
-  const std::vector<const Slot*> slots = {&slot};
+  auto match = std::make_shared<std::vector<int64_t>>();
+  for (int64_t q = 0; q < used + 2; ++q) match->push_back(static_cast<int64_t>(in.next(secondary_sequences + 2)) - 1);
+  auto starts = std::make_shared<std::vector<int64_t>>(std::vector<int64_t>{0, secondary_sequences});
+  Lookup lookup;
+  lookup.match64 = match->data();
+  lookup.sequences = static_cast<int64_t>(match->size());
+  lookup.chunk_starts = starts->data();
+  lookup.chunks = 1;
+  lookup.owner = std::make_shared<std::pair<decltype(match), decltype(starts)>>(match, starts);
+  auto caps = std::make_shared<std::vector<int64_t>>();
+  for (int64_t q = 0; q < used + 2; ++q) caps->push_back(in.next(6));
+  try {
+    store.load(0, 0, slot);
+    auto whole = std::make_shared<Slot>();
+    whole->chunk = secondary;
+    store.load(1, 0, whole);
+    store.set_lookup(1, lookup);
+  } catch (const std::invalid_argument&) {
+    return 0;
+  }
+  if (in.next(2)) store.set_caps(caps->data(), static_cast<int64_t>(caps->size()), caps);
   const int64_t n = in.next(20);
   std::vector<int32_t> chunks(n, 0);
   std::vector<int64_t> units(n), offsets(n), counts(n);
@@ -102,9 +142,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   request.count = counts.data();
   request.n = n;
   request.kind = kind;
+  std::vector<ColumnSpec> layout = primary_layout;
+  layout.insert(layout.end(), secondary_layout.begin(), secondary_layout.end());
   try {
-    const GatherResult r = gather(slots, request, layout);
+    const GatherResult r = store.gather(request);
+    check(r.missing.empty());
     if (r.short_unit >= 0) return 0;
+    check(r.streams.size() == layout.size());
     for (size_t s = 0; s < layout.size(); ++s) {
       const StreamOut& out = r.streams[s];
       int64_t samples = 0;

@@ -460,11 +460,28 @@ def test_native_entry_points_check_their_arguments(tmp_path):
             _native.ctf_parse(fd, 0, 10, 0, offsets, offsets, 7, aliases, False, True)
         with pytest.raises(ValueError, match="out of range"):
             _native.ctf_index(fd, 10, False, [("x", False, 2**62)], -1, False, False, True, 100)
-        slots = _native.ChunkSlots([(False, 2, "f", 4)], 2)
-        with pytest.raises(LookupError, match="not loaded"):
-            slots.gather(np.array([1], dtype=np.int32), np.array([0], dtype=np.int64), None, None, 0)
+        store = _native.ChunkStore([[(False, 2, "f", 4)], [(True, 5, "f", 4)]], [2, 3])
+        streams, keep, short, missing = store.gather(
+            np.array([1], dtype=np.int32), np.array([0], dtype=np.int64), None, None, 0
+        )
+        assert missing == [(0, 1)]  # not loaded: the caller loads it and asks again
         with pytest.raises(ValueError, match="differ in length"):
-            slots.gather(np.array([1], dtype=np.int32), np.array([0, 1], dtype=np.int64), None, None, 0)
+            store.gather(np.array([1], dtype=np.int32), np.array([0, 1], dtype=np.int64), None, None, 0)
+        with pytest.raises(ValueError, match="out of range"):
+            store.gather(np.array([2], dtype=np.int32), np.array([0], dtype=np.int64), None, None, 0)
+        starts = np.array([0, 2, 2, 4], dtype=np.int64)
+        with pytest.raises(ValueError, match="outside"):
+            store.set_lookup(1, np.array([0, 4], dtype=np.int32), starts)
+        with pytest.raises(ValueError, match="slot count"):
+            store.set_lookup(1, np.array([0, 3], dtype=np.int32), starts[:3])
+        with pytest.raises(ValueError, match="secondary"):
+            store.set_lookup(0, np.array([0, 3], dtype=np.int32), starts)
+        with pytest.raises(ValueError, match="text"):
+            _native.join_keys(
+                (2, np.zeros(1, np.uint8), np.array([0, 1])), (0, np.zeros(1, np.uint64), None), False, False
+            )
+        with pytest.raises(ValueError, match="outside the blob"):
+            _native.key_duplicates((2, np.zeros(1, np.uint8), np.array([0, 5])), True)
     finally:
         os.close(fd)
 

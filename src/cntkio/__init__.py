@@ -6,6 +6,7 @@ Drop-in for ``cntk.io``: ``from cntkio import MinibatchSource, CTFDeserializer, 
 from .deserializer import ChunkIndex, DenseStream, Deserializer, SparseStream
 from .errors import CNTKIOError, ConfigError, FormatError, Location, MaxErrorsExceeded
 from .formats.ctf import CTFDeserializer
+from .join import DeserializerJoin, JoinReport, KeyProblems, LengthMismatch
 from .minibatch import MinibatchData
 from .source import (
     DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS,
@@ -29,7 +30,11 @@ __all__ = [
     "ConfigError",
     "DenseStream",
     "Deserializer",
+    "DeserializerJoin",
     "FormatError",
+    "JoinReport",
+    "KeyProblems",
+    "LengthMismatch",
     "Location",
     "MaxErrorsExceeded",
     "MinibatchData",

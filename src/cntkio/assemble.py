@@ -1,5 +1,6 @@
 """Minibatch assembly: one native gather per minibatch copies the selected units (sequences, frames or
-BPTT pieces) from the loaded chunks into fresh flat buffers; Python wraps them as MinibatchData."""
+BPTT pieces) of every deserializer from the loaded chunks into fresh flat buffers; Python wraps them as
+MinibatchData."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import logging
 
 import numpy as np
 
-from . import _native
 from .chunk_cache import ChunkCache
 from .corpus import Corpus
 from .errors import CNTKIOError
@@ -17,7 +17,7 @@ from .minibatch import Minibatch, MinibatchData, Provenance
 logger = logging.getLogger("cntkio")
 
 SEQUENCES, FRAMES, PIECES = 0, 1, 2
-PRIMARY = 0  # the deserializer whose sequences drive the order
+MAX_LOAD_ROUNDS = 3  # the primary's chunks, then the secondaries' (a third round only if one was dropped meanwhile)
 
 
 class Assembler:
@@ -27,8 +27,8 @@ class Assembler:
         self.corpus = corpus
         self.cache = cache
         self.kind = FRAMES if corpus.frame_mode else SEQUENCES
-        self.infos = corpus.streams_of(PRIMARY)  # the units are the primary's (secondaries join by key: issue 7)
-        self.slots = cache.slots[PRIMARY]
+        self.infos = corpus.streams  # deserializer after deserializer, as the native store gathers them
+        self.store = cache.store
         self.invalid_units = 0  # units skipped because a counted error left their sequence short
 
     def minibatch(
@@ -42,11 +42,13 @@ class Assembler:
         """Gathers ``units`` (global ids, with their table chunks). ``pieces`` = (offsets, counts, row of
         each piece) for truncated BPTT: then every row of the result holds the pieces of one slot."""
         offsets, counts, kind = (None, None, self.kind) if pieces is None else (pieces[0], pieces[1], PIECES)
-        try:
-            streams, keep, short = self.slots.gather(chunks, units, offsets, counts, kind)
-        except _native.ChunkNotLoaded:  # the first read of a chunk in this block: load it, then gather
-            self.cache.ensure((PRIMARY, chunk) for chunk in np.unique(chunks).tolist())
-            streams, keep, short = self.slots.gather(chunks, units, offsets, counts, kind)
+        for _ in range(MAX_LOAD_ROUNDS):
+            streams, keep, short, missing = self.store.gather(chunks, units, offsets, counts, kind)
+            if missing is None:
+                break
+            self.cache.ensure(missing)  # the first read of a chunk in this block: load it, then gather
+        else:
+            raise CNTKIOError("chunks needed by a minibatch were dropped while it was read")
         if short is not None:
             self._raise_short(units, *short)
         if keep is not None:
@@ -68,12 +70,13 @@ class Assembler:
                 lengths, starts = _rows(lengths, pieces[0], pieces[2], num_rows)
             data = MinibatchData(info, values, lengths, end_of_sweep, indices=indices, indptr=indptr, starts=starts)
             data.provenance = provenance
+            data.origin = self.corpus.routing[info.name]
             result[info] = data
         return result
 
     def _raise_short(self, units: np.ndarray, unit: int, stream: int, row: int) -> None:
-        source, key, steps = self.corpus.describe_unit(int(units[unit]))
         info = self.infos[stream]
+        source, key, steps = self.corpus.describe_unit(int(units[unit]), self.corpus.routing[info.name])
         raise CNTKIOError(
             f"{source}: input '{info.alias or info.name}' of sequence {shorten(key)} has fewer samples than the "
             f"sequence's {steps} steps; frame mode and truncated BPTT need a sample of every stream at every step"

@@ -16,17 +16,17 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 
 from . import _native
-from .corpus import Corpus
+from .corpus import ChunkKey, Corpus
 from .deserializer import SparseStream, StreamData
 from .errors import CNTKIOError, ConfigError
 from .streams import StreamInformation
 
-Key = tuple[int, int]  # (deserializer, chunk in that deserializer's slot table)
+Key = ChunkKey
 
 
 class ChunkCache:
-    """The loaded chunks of a corpus, keyed by (deserializer, chunk), in one native slot table per
-    deserializer; the reader says which to keep (:meth:`retain`).
+    """The loaded chunks of a corpus, keyed by (deserializer, slot), in the native store the gather reads
+    (one slot table per deserializer); the reader says which to keep (:meth:`retain`).
 
     ``threads`` background parsers prefetch chunks; 0 parses on demand in the calling thread.
     """
@@ -34,13 +34,17 @@ class ChunkCache:
     def __init__(self, corpus: Corpus, threads: int):
         self.corpus = corpus
         self.threads = threads
-        self.slots = [
-            _native.ChunkSlots(
-                [(info.is_sparse, _width(info), info.dtype.kind, info.dtype.itemsize) for info in corpus.streams_of(d)],
-                corpus.num_chunks,
-            )
-            for d in range(len(corpus.deserializers))
-        ]
+        self.store = _native.ChunkStore(
+            [
+                [(info.is_sparse, _width(info), info.dtype.kind, info.dtype.itemsize) for info in corpus.streams_of(d)]
+                for d in range(len(corpus.deserializers))
+            ],
+            corpus.slot_counts(),
+        )
+        for number, match in enumerate(corpus.matches, start=1):
+            self.store.set_lookup(number, match, corpus.deserializers[number].sequence_index().chunk_starts)
+        if corpus.caps is not None:
+            self.store.set_caps(corpus.caps)
         self._futures: dict[Key, Future[None]] = {}
         self._lock = threading.Lock()
         self._closed = False
@@ -89,7 +93,7 @@ class ChunkCache:
         with self._lock:
             for key in [k for k, future in self._futures.items() if k not in keep and future.done()]:
                 del self._futures[key]
-                self.slots[key[0]].clear(key[1])
+                self.store.clear(*key)
 
     def __len__(self) -> int:
         return len(self._futures)
@@ -105,8 +109,10 @@ class ChunkCache:
             future.set_exception(error)
 
     def _load(self, key: Key) -> None:
-        number, chunk = key
-        deserializer, chunk_id, row0, first_unit, frame_starts = self.corpus.slot_source(number, chunk)
+        number, slot = key
+        deserializer, chunk_id, row0, rows, first_unit, first_sequence, frame_starts = self.corpus.slot_source(
+            number, slot
+        )
         source = deserializer.source_name
         data = deserializer.get_chunk(chunk_id)
         sequences = int(np.diff(deserializer.sequence_index().chunk_starts)[chunk_id])
@@ -117,7 +123,9 @@ class ChunkCache:
             columns.append(_columns(data[info.name], info, source, chunk_id))
         invalid = getattr(data, "invalid", None)
         try:
-            self.slots[number].load(chunk, columns, sequences, invalid, row0, first_unit, frame_starts)
+            self.store.load(
+                number, slot, columns, sequences, invalid, row0, rows, first_unit, first_sequence, frame_starts
+            )
         except ValueError as error:
             raise CNTKIOError(f"{source}: chunk {chunk_id} is malformed: {error}") from None
 
@@ -132,8 +140,8 @@ class ChunkCache:
             if not future.done():
                 future.set_exception(ValueError("the source is closed"))
         with self._lock:
-            for number, chunk in list(self._futures):
-                self.slots[number].clear(chunk)
+            for key in list(self._futures):
+                self.store.clear(*key)
             self._futures.clear()
 
 

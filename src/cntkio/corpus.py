@@ -1,13 +1,16 @@
 """The corpus: every sequence a source reads, as columns, and the units (sequences or frames) they hold.
 
-A table chunk is a deserializer chunk (or the part of it inside a data slice) with at least one
-sequence. Sequences are numbered chunk after chunk, so a sequence's chunk and row are implicit:
-per sequence only its length (and key) is stored, shared with the deserializer's own index. Units are
-numbered the same way: unit = sequence in sequence mode, one frame (sample) of a sequence in frame mode.
+A table chunk is a chunk of the primary deserializer (or the part of it inside a data slice, less the
+sequences a secondary lacks) with at least one sequence. Sequences are numbered table chunk after table
+chunk; units are numbered the same way: unit = sequence in sequence mode, one frame (sample) of a
+sequence in frame mode. A single deserializer adds nothing per sequence to its own index in sequence
+mode; several deserializers add the join (:mod:`cntkio.join`): per sequence its length and, for each
+secondary, the sequence holding its key.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -15,43 +18,75 @@ import numpy as np
 from .arrays import exclusive_cumsum
 from .deserializer import Deserializer
 from .errors import ConfigError
+from .join import JoinReport, LengthMismatch, join
 from .streams import StreamInformation
+
+ChunkKey = tuple[int, int]  # (deserializer, slot): a table chunk of the primary, a chunk of a secondary
 
 
 class Corpus:
-    """The sequences of the primary deserializer (optionally a slice of them) and their units.
+    """The sequences of the primary deserializer (optionally a slice of them), joined with the
+    secondaries by key, and their units.
 
     Example::
 
-        corpus = Corpus([reader], None, frame_mode=False)
+        corpus = Corpus([features, labels], None, frame_mode=False)
         corpus.num_units, corpus.sweep_size, corpus.keys_of(np.array([0, 5]))
     """
 
-    def __init__(self, deserializers: list[Deserializer], data_slice: tuple[int, int] | None, frame_mode: bool):
-        if len(deserializers) != 1:
-            raise NotImplementedError("composite reading of several deserializers is not implemented yet")
+    def __init__(
+        self,
+        deserializers: list[Deserializer],
+        data_slice: tuple[int, int] | None,
+        frame_mode: bool,
+        *,
+        strict: bool = False,
+        length_mismatch: LengthMismatch | str = LengthMismatch.PAD,
+    ):
         self.deserializers = deserializers
         self.primary = deserializers[0]
         self.frame_mode = frame_mode
+        self.length_mismatch = LengthMismatch(length_mismatch)
         self.streams: list[StreamInformation] = []
         self.routing: dict[str, int] = {}  # stream name -> the deserializer that produces it
         for number, deserializer in enumerate(deserializers):
             for info in deserializer.stream_infos():
                 if info.name in self.routing:
-                    raise ConfigError(f"two streams have the same name: '{info.name}'")
+                    other = deserializers[self.routing[info.name]].source_name
+                    raise ConfigError(
+                        f"two streams have the same name '{info.name}' ({other} and {deserializer.source_name}); "
+                        "stream names must be unique across deserializers"
+                    )
                 self.routing[info.name] = number
                 self.streams.append(info)
         index = self.primary.sequence_index()
         first, stop = data_slice if data_slice is not None else (0, index.num_sequences)
         self.first_sequence = first
-        bounds = np.clip(index.chunk_starts, first, stop)
-        counts = np.diff(bounds)
-        kept = np.flatnonzero(counts > 0)
-        self.chunk_ids = kept  # deserializer chunk of each table chunk
-        self.row0 = bounds[kept] - index.chunk_starts[kept]  # first row of each table chunk in its chunk
-        self.sequence_starts = exclusive_cumsum(counts[kept])  # first sequence of each table chunk
-        self.lengths = index.lengths[first:stop]
-        self.keys = index.keys.slice(first, stop)
+        self.join_report: JoinReport | None = None
+        self.matches: list[np.ndarray] = []  # per secondary: its sequence holding each corpus sequence's key
+        self.caps: np.ndarray | None = None
+        # the primary sequence of corpus sequence i: first + i, or primary_ids[i] when some were dropped
+        self.primary_ids: np.ndarray | None = None
+        if len(deserializers) == 1:
+            self.lengths = index.lengths[first:stop]
+        else:
+            joined = join(deserializers, first, stop, strict=strict, length_mismatch=self.length_mismatch)
+            self.join_report = joined.report
+            self.matches, self.lengths, self.caps, self.primary_ids = (
+                joined.matches, joined.lengths, joined.caps, joined.kept,
+            )  # fmt: skip
+        if self.primary_ids is None:
+            bounds = np.clip(index.chunk_starts, first, stop)
+            counts = np.diff(bounds)
+            kept = np.flatnonzero(counts > 0)
+            self.chunk_ids = kept  # deserializer chunk of each table chunk
+            self.row0 = bounds[kept] - index.chunk_starts[kept]  # first row of each table chunk in its chunk
+            self.sequence_starts = exclusive_cumsum(counts[kept])  # first sequence of each table chunk
+        else:
+            home = np.searchsorted(index.chunk_starts, self.primary_ids, side="right") - 1
+            self.chunk_ids, counts = np.unique(home, return_counts=True)
+            self.sequence_starts = exclusive_cumsum(counts)
+            self.row0 = self.primary_ids[self.sequence_starts[:-1]] - index.chunk_starts[self.chunk_ids]
         self.chunk_samples = np.add.reduceat(self.lengths, self.sequence_starts[:-1], dtype=np.int64)
         self.sweep_size = int(self.chunk_samples.sum())
         # frame mode: first frame (= unit) of every sequence (8 bytes a sequence); sequence mode: units are
@@ -59,6 +94,7 @@ class Corpus:
         self.frame_starts: np.ndarray | None = exclusive_cumsum(self.lengths) if frame_mode else None
         self.unit_starts = exclusive_cumsum(self.chunk_samples) if frame_mode else self.sequence_starts
         self.units_per_chunk = np.diff(self.unit_starts)
+        self._secondary_chunks = [self._chunks_referenced(d) for d in range(1, len(deserializers))]
 
     @property
     def num_chunks(self) -> int:
@@ -86,26 +122,49 @@ class Corpus:
         """The streams a deserializer produces, in the corpus's stream order."""
         return [info for info in self.streams if self.routing[info.name] == deserializer]
 
-    def slot_source(self, deserializer: int, chunk: int) -> tuple[Deserializer, int, int, int, np.ndarray | None]:
-        """Where slot ``chunk`` of a deserializer's slot table comes from: (deserializer, its chunk id, first row
-        used, reader-wide number of the first unit, frame starts in frame mode). The primary's slots are the
-        table chunks."""
-        if deserializer != 0:
-            raise ValueError(f"deserializer {deserializer} has no slot table")
-        return (
-            self.primary,
-            int(self.chunk_ids[chunk]),
-            int(self.row0[chunk]),
-            int(self.unit_starts[chunk]),
-            self.frame_starts_of(chunk),
-        )
+    def slot_counts(self) -> list[int]:
+        """Slots of each deserializer: the table chunks for the primary, its chunks for a secondary."""
+        return [self.num_chunks] + [d.num_chunks() for d in self.deserializers[1:]]
 
-    def frame_starts_of(self, chunk: int) -> np.ndarray | None:
-        """Frame mode: first frame of each sequence of a table chunk, from 0 (for the native gather)."""
-        if self.frame_starts is None:
-            return None
-        a, b = self.sequence_starts[chunk], self.sequence_starts[chunk + 1]
-        return self.frame_starts[a : b + 1] - self.frame_starts[a]
+    def _chunks_referenced(self, deserializer: int) -> tuple[np.ndarray, np.ndarray]:
+        """CSR (indptr over table chunks, chunk ids) of the secondary's chunks each table chunk needs."""
+        starts = self.deserializers[deserializer].sequence_index().chunk_starts
+        count = len(starts) - 1
+        home = np.searchsorted(starts, self.matches[deserializer - 1], side="right") - 1
+        table = np.repeat(np.arange(self.num_chunks, dtype=np.int64), np.diff(self.sequence_starts))
+        pairs = np.unique(table * count + home)
+        indptr = np.searchsorted(pairs // count, np.arange(self.num_chunks + 1), side="left")
+        return indptr, pairs % count
+
+    def chunk_keys(self, table_chunks: Iterable[int]) -> list[ChunkKey]:
+        """The chunks reading the given table chunks needs: each table chunk, then the secondaries' chunks
+        holding the keys of its sequences."""
+        chunks = list(table_chunks)
+        keys: list[ChunkKey] = [(0, c) for c in chunks]
+        for number, (indptr, ids) in enumerate(self._secondary_chunks, start=1):
+            seen: set[int] = set()
+            for c in chunks:
+                seen.update(ids[indptr[c] : indptr[c + 1]].tolist())
+            keys.extend((number, s) for s in sorted(seen))
+        return keys
+
+    def slot_source(
+        self, deserializer: int, slot: int
+    ) -> tuple[Deserializer, int, int, np.ndarray | None, int, int, np.ndarray | None]:
+        """Where a slot's chunk comes from: (deserializer, its chunk id, first row used, rows used (None:
+        from the first row on), reader-wide number of the first unit, corpus number of the first sequence,
+        frame starts in frame mode). A secondary's slot is its chunk, whole."""
+        if deserializer:
+            return self.deserializers[deserializer], slot, 0, None, 0, 0, None
+        chunk_id = int(self.chunk_ids[slot])
+        a, b = int(self.sequence_starts[slot]), int(self.sequence_starts[slot + 1])
+        rows = None
+        if self.primary_ids is not None:
+            rows = self.primary_ids[a:b] - self.primary.sequence_index().chunk_starts[chunk_id]
+            if int(rows[-1] - rows[0]) == b - a - 1:
+                rows = None  # contiguous: row0 onwards
+        frame_starts = None if self.frame_starts is None else self.frame_starts[a : b + 1] - self.frame_starts[a]
+        return self.primary, chunk_id, int(self.row0[slot]), rows, int(self.unit_starts[slot]), a, frame_starts
 
     def sequences_of_units(self, units: np.ndarray) -> np.ndarray:
         """Sequence (in corpus order) of each unit."""
@@ -113,25 +172,39 @@ class Corpus:
             return units
         return np.searchsorted(self.frame_starts, units, side="right") - 1
 
-    def keys_of(self, units: np.ndarray) -> list[tuple[str, Any]]:
-        """``(source, key)`` of each unit; ``(source, (key, frame))`` in frame mode."""
-        source = self.primary.source_name
+    def _rows_in(self, deserializer: int, sequences: np.ndarray) -> np.ndarray:
+        """The sequence of a deserializer (in its own numbering) joined to each corpus sequence."""
+        if deserializer:
+            return self.matches[deserializer - 1][sequences]
+        if self.primary_ids is not None:
+            return self.primary_ids[sequences]
+        return sequences + self.first_sequence
+
+    def keys_of(self, units: np.ndarray, deserializer: int = 0) -> list[tuple[str, Any]]:
+        """``(source, key)`` of each unit in a deserializer (the primary by default); ``(source, (key,
+        frame))`` in frame mode."""
+        reader = self.deserializers[deserializer]
         sequences = self.sequences_of_units(units)
-        keys = self.keys.take(sequences)
+        keys = reader.sequence_index().keys.take(self._rows_in(deserializer, sequences))
+        source = reader.source_name
         if self.frame_starts is not None:
             frames = (units - self.frame_starts[sequences]).tolist()
             return [(source, (key, frame)) for key, frame in zip(keys, frames)]
         return [(source, key) for key in keys]
 
-    def describe_unit(self, unit: int) -> tuple[str, Any, int]:
-        """(source, key, index length) of a unit's sequence, for messages."""
-        sequence = int(self.sequences_of_units(np.array([unit], dtype=np.int64))[0])
-        return self.primary.source_name, self.keys[sequence], int(self.lengths[sequence])
+    def describe_unit(self, unit: int, deserializer: int = 0) -> tuple[str, Any, int]:
+        """(source, key in a deserializer, length) of a unit's sequence, for messages."""
+        sequence = self.sequences_of_units(np.array([unit], dtype=np.int64))
+        reader = self.deserializers[deserializer]
+        key = reader.sequence_index().keys.take(self._rows_in(deserializer, sequence))[0]
+        return reader.source_name, key, int(self.lengths[int(sequence[0])])
 
     def fingerprint(self) -> list[Any]:
-        """Identifies the data: the deserializers' own fingerprints (files, sizes, times) and the counts."""
+        """Identifies the data: the deserializers' own fingerprints (files, sizes, times), how they are
+        joined, and the counts."""
         return [
             [d.fingerprint() for d in self.deserializers],
+            self.length_mismatch.value,
             self.first_sequence,
             len(self.lengths),
             self.num_chunks,

@@ -7,9 +7,12 @@ error messages), a few at a time.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from . import _native
 
 MAX_KEY_CHARS_SHOWN = 80
 
@@ -28,6 +31,16 @@ class KeyColumn:
 
     def __getitem__(self, index: int) -> Any:
         return self.take(np.array([index], dtype=np.int64))[0]
+
+    @property
+    def is_text(self) -> bool:
+        """Whether the keys are texts (then every key column they are joined with compares as text)."""
+        return False
+
+    def native(self) -> tuple[int, np.ndarray, np.ndarray | None]:
+        """The column as the native key functions take it: (0, int64 as uint64, None), (1, uint64, None)
+        or (2, UTF-8 blob, offsets)."""
+        raise NotImplementedError
 
     @staticmethod
     def of(keys: Sequence[Any] | np.ndarray) -> KeyColumn:
@@ -72,7 +85,18 @@ class NumericKeys(KeyColumn):
         return self.values[indices].tolist()  # type: ignore[no-any-return]
 
     def slice(self, start: int, stop: int) -> NumericKeys:
-        return NumericKeys(self.values[start:stop])
+        return type(self)(self.values[start:stop])
+
+    def native(self) -> tuple[int, np.ndarray, np.ndarray | None]:
+        values = np.ascontiguousarray(self.values)
+        if values.dtype == np.uint64:
+            return 1, values, None
+        return 0, values.astype(np.int64, copy=False).view(np.uint64), None
+
+
+class HashedKeys(NumericKeys):
+    """Keys kept as CNTK's 64-bit hash of their text (``hashSequenceKeys``): 8 bytes a key whatever the text.
+    A column joined with hashed keys is hashed the same way; collisions are not detected (as in CNTK)."""
 
 
 class TextKeys(KeyColumn):
@@ -101,6 +125,13 @@ class TextKeys(KeyColumn):
     def slice(self, start: int, stop: int) -> TextKeys:
         return TextKeys(self.blob, self.offsets[start : stop + 1])
 
+    @property
+    def is_text(self) -> bool:
+        return True
+
+    def native(self) -> tuple[int, np.ndarray, np.ndarray | None]:
+        return 2, np.ascontiguousarray(self.blob, dtype=np.uint8), np.ascontiguousarray(self.offsets, dtype=np.int64)
+
 
 class ObjectKeys(KeyColumn):
     """Keys of other types from plug-ins (kept as given)."""
@@ -116,6 +147,47 @@ class ObjectKeys(KeyColumn):
 
     def slice(self, start: int, stop: int) -> ObjectKeys:
         return ObjectKeys(self.keys[start:stop])
+
+    @property
+    def is_text(self) -> bool:
+        return True
+
+    def native(self) -> tuple[int, np.ndarray, np.ndarray | None]:
+        """Other keys join by their ``str()``."""
+        return TextKeys.from_strings([str(k) for k in self.keys]).native()
+
+
+@dataclass(frozen=True)
+class KeyJoin:
+    """Where each primary key sits in a secondary column: ``match[i]`` = row of the secondary holding
+    primary key i, or -1 (int32, or int64 for secondaries of 2^31 keys or more)."""
+
+    match: np.ndarray
+    duplicates: int  # keys the secondary holds more than once (counting every extra copy)
+    duplicate_rows: np.ndarray  # the first few extra copies (secondary rows)
+
+
+def comparable(columns: Sequence[KeyColumn]) -> tuple[list[KeyColumn], bool]:
+    """The columns made comparable, as CNTK's reader compared keys: hashed keys when any column is
+    hashed (the others hashed too), else texts when any column holds texts (numeric keys by their
+    decimal text), else numbers. Returns the columns and whether they compare as text."""
+    if any(isinstance(c, HashedKeys) for c in columns):
+        hashed = [c if isinstance(c, HashedKeys) else HashedKeys(_native.cntk_key_hash(c.native())) for c in columns]
+        return list(hashed), False
+    return list(columns), any(c.is_text for c in columns)
+
+
+def join_keys(primary: KeyColumn, secondary: KeyColumn, by_text: bool, keep_last: bool = False) -> KeyJoin:
+    """Joins two comparable columns (:func:`comparable`) with a native hash table: no Python object per
+    key. Of a key the secondary holds several times the first row is used (the last with ``keep_last``)."""
+    match, duplicates, rows = _native.join_keys(primary.native(), secondary.native(), by_text, keep_last)
+    return KeyJoin(match, int(duplicates), rows)
+
+
+def duplicate_keys(column: KeyColumn, by_text: bool) -> tuple[int, np.ndarray]:
+    """How many extra copies of keys a column holds, and the rows of the first few."""
+    count, rows = _native.key_duplicates(column.native(), by_text)
+    return int(count), rows
 
 
 def shorten(key: Any, limit: int = MAX_KEY_CHARS_SHOWN) -> str:

@@ -41,6 +41,7 @@ class MinibatchData:
         self.end_of_sweep = bool(end_of_sweep)
         self._starts = starts  # per flat sample: begins a sequence (truncated BPTT rows hold several)
         self.provenance: Any = None  # set by the source: where each sequence comes from
+        self.origin = 0  # the deserializer (in the source's list) that produced the stream
 
     # --- counts (cntk.io names and their aliases) ---------------------------------------------
     @property
@@ -67,8 +68,9 @@ class MinibatchData:
 
     @property
     def keys(self) -> list[Any] | None:
-        """``(source, sequence key)`` of each sequence (each piece, for truncated BPTT rows)."""
-        return self.provenance.keys if self.provenance is not None else None
+        """``(source, sequence key)`` of each sequence (each piece, for truncated BPTT rows) in the
+        deserializer that produced this stream (its own file and key, in a composite)."""
+        return self.provenance.keys_in(self.origin) if self.provenance is not None else None
 
     @property
     def sample_shape(self) -> tuple[int, ...]:
@@ -159,16 +161,28 @@ class MinibatchData:
 
 class Provenance:
     """Where the units of a minibatch come from: ``keys`` lists ``(source, sequence key)`` per unit
-    (``(source, (key, frame))`` in frame mode), computed when first asked for."""
+    (``(source, (key, frame))`` in frame mode) in the primary deserializer, ``keys_in(d)`` in deserializer
+    ``d`` of a composite; computed when first asked for."""
 
-    __slots__ = ("__dict__", "_corpus", "units")
+    __slots__ = ("__dict__", "_corpus", "units", "_keys")
 
     def __init__(self, corpus: Corpus, units: np.ndarray):
         self._corpus, self.units = corpus, units
+        self._keys: dict[int, list[tuple[str, Any]]] = {}
 
-    @cached_property
+    @property
     def keys(self) -> list[tuple[str, Any]]:
-        return self._corpus.keys_of(self.units)
+        return self.keys_in(0)
+
+    def keys_in(self, deserializer: int) -> list[tuple[str, Any]]:
+        if deserializer not in self._keys:
+            self._keys[deserializer] = self._corpus.keys_of(self.units, deserializer)
+        return self._keys[deserializer]
+
+    @property
+    def sources(self) -> list[str]:
+        """The source (file) of each deserializer, primary first."""
+        return [d.source_name for d in self._corpus.deserializers]
 
 
 class Minibatch(dict):  # type: ignore[type-arg]

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .assemble import PRIMARY, Assembler
+from .assemble import Assembler
 from .bptt import BpttSlots, row_layout
 from .checkpoint import CHECKPOINT_VERSION, merge_checkpoints, seal, validate
 from .chunk_cache import ChunkCache
@@ -22,6 +22,7 @@ from .cursor import Cursor, Selection
 from .data_slice import parse_slice
 from .deserializer import Deserializer
 from .errors import ConfigError
+from .join import JoinReport, LengthMismatch
 from .minibatch import Minibatch, MinibatchData
 from .order import Randomization
 from .streams import Record, StreamInformation
@@ -42,12 +43,19 @@ def _is_unbounded(value: Any) -> bool:
 
 
 class MinibatchSource:
-    """Reads minibatches from a deserializer.
+    """Reads minibatches from a deserializer, or from several joined by sequence key.
 
     Same arguments and defaults as ``cntk.io.MinibatchSource``, plus keyword-only extras:
     ``compat`` (CNTK's exact randomization order), ``data_slice`` (read only a deterministic slice of
     the sequences, e.g. ``"[10%:20%]"`` or ``"[:5000]"``), ``prefetch`` and ``num_parse_threads``.
     Sweeps run on from each other: a minibatch may end one sweep and start the next (``end_of_sweep``).
+
+    With several deserializers the first (the primary) decides the sequences, chunks and order; each
+    other one is looked up by key (numbers meet texts by their decimal text). A primary sequence whose key
+    a secondary lacks is dropped; drops, duplicate keys and lengths that differ between deserializers are
+    reported once, in a warning and in :attr:`join_report`. ``strict=True`` makes a missing or duplicate
+    key an error; ``length_mismatch`` (``"pad"``, ``"truncate"`` or ``"error"``, see
+    :class:`~cntkio.LengthMismatch`) decides what a length mismatch does.
 
     A source may be shared by threads: reads are serialised by a lock. Close it (or use it as a context
     manager) to stop its parse threads.
@@ -57,6 +65,10 @@ class MinibatchSource:
         with MinibatchSource(CTFDeserializer("train.ctf", streams), max_sweeps=1) as source:
             while mb := source.next_minibatch(1024):
                 x = mb["features"].asarray()
+
+        features = CTFDeserializer("features.ctf", StreamDefs(x=StreamDef(field="x", shape=40)))
+        labels = CTFDeserializer("labels.ctf", StreamDefs(y=StreamDef(field="y", shape=10, is_sparse=True)))
+        source = MinibatchSource([features, labels], strict=True)  # x and y joined by sequence id
     """
 
     def __init__(
@@ -77,13 +89,13 @@ class MinibatchSource:
         data_slice: str | slice | None = None,
         prefetch: bool = True,
         num_parse_threads: int | None = None,
+        strict: bool = False,
+        length_mismatch: LengthMismatch | str = LengthMismatch.PAD,
     ):
         self._closed = True  # until construction succeeds
         deserializers = [deserializers] if isinstance(deserializers, Deserializer) else list(deserializers)
         if not deserializers:
             raise ConfigError("at least one deserializer is required")
-        if len(deserializers) > 1:
-            raise NotImplementedError("composite reading of several deserializers is not implemented yet")
         if not _is_unbounded(max_samples) and not _is_unbounded(max_sweeps):
             raise ConfigError("max_samples and max_sweeps cannot both be set")
         if randomization_window_in_chunks and randomization_window_in_samples:
@@ -112,7 +124,9 @@ class MinibatchSource:
             compat=bool(compat),
         )
         self.data_slice = parse_slice(data_slice, self._deserializer.sequence_index().num_sequences)
-        self._corpus = Corpus(deserializers, self.data_slice, self.frame_mode)
+        self._corpus = Corpus(
+            deserializers, self.data_slice, self.frame_mode, strict=bool(strict), length_mismatch=length_mismatch
+        )
         self._infos = self._corpus.streams
         self.streams = Record({info.name: info for info in self._infos})
         if self._corpus.sweep_size == 0:
@@ -189,6 +203,13 @@ class MinibatchSource:
     def cached_chunks(self) -> int:
         """Number of chunks held in memory (loaded or being loaded)."""
         return len(self._cache)
+
+    @property
+    def join_report(self) -> JoinReport | None:
+        """What joining several deserializers by key found: per deserializer the primary keys it lacks
+        (those sequences are dropped), its duplicate keys and the sequences whose lengths differ, with
+        the first few keys (``str()`` describes it). None for a single deserializer."""
+        return self._corpus.join_report
 
     @property
     def invalid_sequences_skipped(self) -> int:
@@ -324,12 +345,13 @@ class MinibatchSource:
             for block_chunks in upcoming[1:]:
                 ahead.extend(c for c in block_chunks.tolist() if c not in window and c not in ahead)
             ahead = ahead[:threads]
-        self._cache.retain({(PRIMARY, c) for c in window | set(ahead)})
-        self._cache.ensure((PRIMARY, c) for c in sorted(needed))
+        corpus = self._corpus
+        self._cache.retain(set(corpus.chunk_keys(window | set(ahead))))
+        self._cache.ensure(corpus.chunk_keys(sorted(needed)))
         if threads and self.position < self._epoch_end:
             # The rest of the block's window, then the next blocks'; a later read in this block that finds
             # a chunk not loaded yet (no prefetch) loads it then (the native gather refuses to guess).
-            self._cache.prefetch((PRIMARY, c) for c in sorted(window - needed - in_flight) + ahead)
+            self._cache.prefetch(corpus.chunk_keys(sorted(window - needed - in_flight) + ahead))
 
     # --- checkpoints -----------------------------------------------------------------------------
     def _fingerprint(self) -> str:

@@ -1,4 +1,5 @@
-// Minibatch assembly: resolves each unit to (row, first sample, samples) and copies it per stream.
+// Minibatch assembly: resolves each unit to a (chunk, row) of every deserializer, its first sample and
+// samples, and copies it stream by stream.
 #include "assemble.hpp"
 
 #include <algorithm>
@@ -49,82 +50,202 @@ void validate(const Chunk& chunk, const std::vector<ColumnSpec>& layout) {
   }
 }
 
-GatherResult gather(const std::vector<const Slot*>& slots, const Request& request,
-                    const std::vector<ColumnSpec>& layout) {
-  const size_t num_streams = layout.size();
+Store::Store(std::vector<std::vector<ColumnSpec>> layouts, std::vector<int64_t> slot_counts)
+    : layouts_(std::move(layouts)) {
+  if (layouts_.empty() || slot_counts.size() != layouts_.size())
+    throw std::invalid_argument("one layout and one slot count per deserializer");
+  for (const int64_t count : slot_counts) {
+    if (count < 0) throw std::invalid_argument("negative slot count");
+    slots_.emplace_back(static_cast<size_t>(count));
+  }
+  lookups_.resize(layouts_.size());
+}
+
+void Store::load(size_t d, int64_t index, std::shared_ptr<Slot> slot) {
+  if (d >= layouts_.size() || index < 0 || index >= slot_count(d)) throw std::out_of_range("slot index out of range");
+  const Chunk& chunk = *slot->chunk;
+  validate(chunk, layouts_[d]);
+  if (slot->row0 < 0 || slot->row0 > chunk.sequences) throw std::invalid_argument("row0 outside the chunk");
+  for (const int64_t row : slot->rows) {
+    if (row < 0 || row >= chunk.sequences) throw std::invalid_argument("a row outside the chunk");
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  slots_[d][static_cast<size_t>(index)] = std::move(slot);
+}
+
+void Store::clear(size_t d, int64_t index) {
+  if (d >= layouts_.size() || index < 0 || index >= slot_count(d)) throw std::out_of_range("slot index out of range");
+  std::shared_ptr<const Slot> dropped;  // released after the lock
+  std::lock_guard<std::mutex> lock(mutex_);
+  dropped.swap(slots_[d][static_cast<size_t>(index)]);
+}
+
+void Store::set_lookup(size_t d, Lookup lookup) {
+  if (d == 0 || d >= layouts_.size()) throw std::invalid_argument("only a secondary deserializer has a lookup");
+  if ((lookup.match32 == nullptr) == (lookup.match64 == nullptr)) throw std::invalid_argument("one match array");
+  if (lookup.chunks != slot_count(d)) throw std::invalid_argument("chunk starts do not match the slot count");
+  for (int64_t c = 0; c < lookup.chunks; ++c) {
+    if (lookup.chunk_starts[c + 1] < lookup.chunk_starts[c]) throw std::invalid_argument("chunk starts decrease");
+  }
+  const int64_t total = lookup.chunk_starts[lookup.chunks];
+  for (int64_t s = 0; s < lookup.sequences; ++s) {
+    const int64_t g = lookup.match32 ? lookup.match32[s] : lookup.match64[s];
+    if (g < 0 || g >= total) throw std::invalid_argument("a match outside the secondary's sequences");
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  lookups_[d] = std::move(lookup);
+}
+
+void Store::set_caps(const int64_t* caps, int64_t sequences, std::shared_ptr<void> owner) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  caps_ = caps;
+  caps_size_ = sequences;
+  caps_owner_ = std::move(owner);
+}
+
+GatherResult Store::gather(const Request& request) const {
+  const size_t num_parts = layouts_.size();
   const int64_t n = request.n;
   GatherResult result;
-  result.streams.resize(num_streams);
-  // Pass 1: each unit's row and first sample, and how many samples it takes from each stream. The units
-  // of a randomized minibatch lie far apart in memory: the next units' rows are prefetched while one is read.
-  std::vector<int64_t> firsts(n), counts(static_cast<size_t>(n) * num_streams), samples_at(counts.size());
-  std::vector<const Chunk*> chunks(n);
-  for (int64_t i = 0; i < n; ++i) {
-    if (request.kind != UnitKind::frames && i + kPrefetch < n) {
-      const Slot& ahead = *slots[request.chunk[i + kPrefetch]];
-      const int64_t row = request.unit[i + kPrefetch] - ahead.first_unit + ahead.row0;
-      if (row >= 0 && row < ahead.chunk->sequences) {
-        for (const Column& c : ahead.chunk->columns) __builtin_prefetch(c.seq_offsets + row);
+  // Per unit and deserializer: the chunk and row read; per unit: first sample, samples (< 0: all), sequence.
+  std::vector<const Chunk*> chunks(static_cast<size_t>(n) * num_parts);
+  std::vector<int64_t> rows(chunks.size()), firsts(n), takes(n), sequences(n);
+  std::vector<std::shared_ptr<const Slot>> held;  // kept alive while copying, after the lock is released
+  std::vector<int64_t> ids(n);
+  auto hold = [&](size_t d, std::vector<int64_t> wanted) {  // holds the loaded slots, lists the others
+    std::sort(wanted.begin(), wanted.end());
+    wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
+    for (const int64_t id : wanted) {
+      const auto& slot = slots_[d][static_cast<size_t>(id)];
+      if (slot) {
+        held.push_back(slot);
+      } else {
+        result.missing.emplace_back(static_cast<int32_t>(d), id);
       }
     }
-    const Slot& slot = *slots[request.chunk[i]];
-    const Chunk& chunk = *slot.chunk;
-    int64_t row = request.unit[i] - slot.first_unit, first = 0, take = -1;  // take < 0: the whole sequence
-    if (request.kind == UnitKind::frames) {
-      const auto& starts = slot.frame_starts;
-      if (row < 0 || starts.empty() || row >= starts.back()) throw std::invalid_argument("frame outside its chunk");
-      const auto it = std::upper_bound(starts.begin(), starts.end(), row) - 1;
-      first = row - *it;
-      row = it - starts.begin();
-      take = 1;
-    } else if (request.kind == UnitKind::pieces) {
-      first = request.offset[i];
-      take = request.count[i];
-      if (first < 0 || take < 0) throw std::invalid_argument("negative piece offset or count");
+  };
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto& table = slots_[0];
+    for (int64_t i = 0; i < n; ++i) {
+      ids[i] = request.chunk[i];
+      if (ids[i] < 0 || ids[i] >= static_cast<int64_t>(table.size())) throw std::invalid_argument("chunk index out of range");
     }
-    row += slot.row0;
-    if (row < 0 || row >= chunk.sequences) throw std::invalid_argument("sequence outside its chunk");
-    firsts[i] = first;
-    chunks[i] = &chunk;
+    hold(0, ids);
+    if (!result.missing.empty()) return result;
+    // The primary: each unit's row, first sample and sequence. The units of a randomized minibatch lie far
+    // apart in memory: the next units' rows are prefetched while one is resolved.
+    for (int64_t i = 0; i < n; ++i) {
+      if (request.kind != UnitKind::frames && i + kPrefetch < n) {
+        const Slot& ahead = *table[request.chunk[i + kPrefetch]];
+        const int64_t local = request.unit[i + kPrefetch] - ahead.first_unit;
+        if (ahead.rows.empty() && local >= 0 && ahead.row0 + local < ahead.chunk->sequences) {
+          for (const Column& c : ahead.chunk->columns) __builtin_prefetch(c.seq_offsets + ahead.row0 + local);
+        }
+      }
+      const Slot& slot = *table[request.chunk[i]];
+      int64_t local = request.unit[i] - slot.first_unit, first = 0, take = -1;  // take < 0: the whole sequence
+      if (request.kind == UnitKind::frames) {
+        const auto& starts = slot.frame_starts;
+        if (local < 0 || starts.empty() || local >= starts.back()) throw std::invalid_argument("frame outside its chunk");
+        const auto it = std::upper_bound(starts.begin(), starts.end(), local) - 1;
+        first = local - *it;
+        local = it - starts.begin();
+        take = 1;
+      } else if (request.kind == UnitKind::pieces) {
+        first = request.offset[i];
+        take = request.count[i];
+        if (first < 0 || take < 0) throw std::invalid_argument("negative piece offset or count");
+      }
+      const int64_t used = slot.rows.empty() ? slot.chunk->sequences - slot.row0 : static_cast<int64_t>(slot.rows.size());
+      if (local < 0 || local >= used) throw std::invalid_argument("sequence outside its chunk");
+      rows[i * num_parts] = slot.rows.empty() ? slot.row0 + local : slot.rows[local];
+      chunks[i * num_parts] = slot.chunk.get();
+      firsts[i] = first;
+      takes[i] = take;
+      sequences[i] = slot.first_sequence + local;
+    }
+    // The secondaries: the sequence joined to each unit's, in the chunk that holds it.
+    for (size_t d = 1; d < num_parts; ++d) {
+      const Lookup& lookup = lookups_[d];
+      if (!lookup.chunk_starts) throw std::invalid_argument("a secondary deserializer without a lookup");
+      const int64_t* starts = lookup.chunk_starts;
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t s = sequences[i];
+        if (s < 0 || s >= lookup.sequences) throw std::invalid_argument("a sequence outside the corpus");
+        const int64_t g = lookup.match32 ? lookup.match32[s] : lookup.match64[s];
+        const int64_t c = std::upper_bound(starts, starts + lookup.chunks + 1, g) - starts - 1;
+        ids[i] = c;
+        rows[i * num_parts + d] = g - starts[c];
+      }
+      hold(d, ids);
+      if (!result.missing.empty()) continue;
+      for (int64_t i = 0; i < n; ++i) chunks[i * num_parts + d] = slots_[d][static_cast<size_t>(ids[i])]->chunk.get();
+    }
+    if (!result.missing.empty()) return result;
+  }
+  std::vector<ColumnSpec> layout;  // every stream, deserializer after deserializer
+  std::vector<size_t> part_of, column_of;
+  for (size_t d = 0; d < num_parts; ++d) {
+    for (size_t s = 0; s < layouts_[d].size(); ++s) {
+      layout.push_back(layouts_[d][s]);
+      part_of.push_back(d);
+      column_of.push_back(s);
+    }
+  }
+  const size_t num_streams = layout.size();
+  std::vector<int64_t> counts(static_cast<size_t>(n) * num_streams), samples_at(counts.size());
+  for (int64_t i = 0; i < n; ++i) {
     // Frames and pieces of a sequence a counted error damaged would not line up across streams: the
     // whole sequence is invalid there (dropped, as the error was counted); whole sequences keep what parsed.
-    const bool invalid = take >= 0 && !chunk.bad.empty() && chunk.bad[row];
+    bool invalid = false;
+    if (takes[i] >= 0) {
+      for (size_t d = 0; d < num_parts; ++d) {
+        const Chunk& chunk = *chunks[i * num_parts + d];
+        invalid = invalid || (!chunk.bad.empty() && chunk.bad[rows[i * num_parts + d]]);
+      }
+    }
     if (invalid) {
       if (result.keep.empty()) result.keep.assign(n, 1);
       result.keep[i] = 0;
     }
+    const int64_t cap = caps_ && takes[i] < 0 && sequences[i] < caps_size_ ? caps_[sequences[i]] : -1;
     for (size_t s = 0; s < num_streams; ++s) {
-      const Column& c = chunk.columns[s];
+      const size_t d = part_of[s];
+      const int64_t row = rows[i * num_parts + d];
+      const Column& c = chunks[i * num_parts + d]->columns[column_of[s]];
       const int64_t length = c.seq_offsets[row + 1] - c.seq_offsets[row];
-      samples_at[i * num_streams + s] = c.seq_offsets[row] + first;
-      if (c.sparse) __builtin_prefetch(c.indptr + samples_at[i * num_streams + s]);
-      int64_t& count = counts[i * num_streams + s];
+      const size_t at = static_cast<size_t>(i) * num_streams + s;
+      samples_at[at] = c.seq_offsets[row] + firsts[i];
+      if (c.sparse) __builtin_prefetch(c.indptr + samples_at[at]);
       if (invalid) {
-        count = 0;
-      } else if (take < 0) {
-        count = length;
-      } else if (first + take > length) {
+        counts[at] = 0;
+      } else if (takes[i] < 0) {
+        counts[at] = cap >= 0 ? std::min(length, cap) : length;
+      } else if (firsts[i] + takes[i] > length) {
         result.short_unit = i;  // a stream shorter than the sequence without a counted error
         result.short_stream = static_cast<int32_t>(s);
         result.short_row = row;
         return result;
       } else {
-        count = take;
+        counts[at] = takes[i];
       }
     }
   }
   auto kept = [&](int64_t i) { return result.keep.empty() || result.keep[i]; };
-  // Pass 2: sizes, then copies.
+  result.streams.resize(num_streams);
+  // Sizes, then copies, stream by stream.
   for (size_t s = 0; s < num_streams; ++s) {
     StreamOut& out = result.streams[s];
+    const size_t d = part_of[s];
     const int64_t itemsize = layout[s].itemsize, width = layout[s].width;
     const bool sparse = layout[s].sparse;
     int64_t samples = 0, entries = 0;
     for (int64_t i = 0; i < n; ++i) {
       if (!kept(i)) continue;
-      const Column& c = chunks[i]->columns[s];
-      const int64_t count = counts[i * num_streams + s];
-      const int64_t sample = samples_at[i * num_streams + s];
+      const Column& c = chunks[i * num_parts + d]->columns[column_of[s]];
+      const size_t at = static_cast<size_t>(i) * num_streams + s;
+      const int64_t count = counts[at], sample = samples_at[at];
       samples += count;
       if (sparse) {
         const int64_t a = c.indptr[sample];
@@ -140,25 +261,25 @@ GatherResult gather(const std::vector<const Slot*>& slots, const Request& reques
       out.values.resize(static_cast<size_t>(entries * itemsize));
       out.indices.resize(static_cast<size_t>(entries));
       out.indptr.resize(static_cast<size_t>(samples + 1));
+      out.indptr[0] = 0;
     } else {
       out.values.resize(static_cast<size_t>(samples * width * itemsize));
     }
     int64_t sample_at = 0, entry_at = 0;
-    if (sparse) out.indptr[0] = 0;
     for (int64_t i = 0; i < n; ++i) {
       if (!kept(i)) continue;
-      const Column& c = chunks[i]->columns[s];
-      const int64_t count = counts[i * num_streams + s];
-      const int64_t sample = samples_at[i * num_streams + s];
+      const Column& c = chunks[i * num_parts + d]->columns[column_of[s]];
+      const size_t at = static_cast<size_t>(i) * num_streams + s;
+      const int64_t count = counts[at], sample = samples_at[at];
       out.lengths.push_back(count);
-      if (c.sparse) {
+      if (sparse) {
         const int64_t a = c.indptr[sample], b = c.indptr[sample + count];
         std::memcpy(out.values.data() + entry_at * itemsize, c.values + a * itemsize, static_cast<size_t>((b - a) * itemsize));
         std::memcpy(out.indices.data() + entry_at, c.indices + a, static_cast<size_t>(b - a) * sizeof(int32_t));
         for (int64_t r = 0; r < count; ++r) out.indptr[sample_at + r + 1] = entry_at + (c.indptr[sample + r + 1] - a);
         entry_at += b - a;
       } else {
-        const int64_t row_bytes = c.width * itemsize;
+        const int64_t row_bytes = width * itemsize;
         std::memcpy(out.values.data() + sample_at * row_bytes, c.values + sample * row_bytes,
                     static_cast<size_t>(count * row_bytes));
       }

@@ -1,11 +1,15 @@
-// Minibatch assembly: parsed chunks as typed columns, and one gather per minibatch that copies the
-// selected sequences, frames or pieces of sequences into fresh flat buffers.
+// Minibatch assembly: parsed chunks as typed columns, held per deserializer in a Store, and one gather
+// per minibatch that copies the selected sequences, frames or pieces of sequences of every deserializer
+// into fresh flat buffers. The first deserializer (the primary) drives the order; the others (secondaries)
+// are joined to it by key: per corpus sequence, the secondary's sequence holding the same key.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace cntkio::assemble {
@@ -31,19 +35,23 @@ struct Chunk {
   std::shared_ptr<void> owner;  // keeps the buffers alive
 };
 
-// What every chunk of a reader holds per stream (checked when a chunk is loaded).
+// What every chunk of a deserializer holds per stream (checked when a chunk is loaded).
 struct ColumnSpec {
   bool sparse = false;
   int64_t width = 0;
   int64_t itemsize = 0;
 };
 
-// A chunk as a table chunk of the reader: the rows [row0, ...) of a deserializer chunk; in frame mode
-// `frame_starts` (exclusive cumulative index lengths of those rows) maps frames to rows.
+// A loaded chunk. For the primary it is a table chunk of the reader: its sequences are rows
+// `rows` (or, when `rows` is empty, row0, row0 + 1, ...) of a deserializer chunk, numbered from
+// `first_sequence` in the corpus; in frame mode `frame_starts` (exclusive cumulative lengths of those
+// sequences) maps frames to sequences. A secondary's slot is one of its deserializer chunks, whole.
 struct Slot {
   std::shared_ptr<const Chunk> chunk;
   int64_t row0 = 0;
-  int64_t first_unit = 0;  // reader-wide number of the slot's first unit
+  std::vector<int64_t> rows;
+  int64_t first_unit = 0;      // reader-wide number of the slot's first unit
+  int64_t first_sequence = 0;  // corpus number of the slot's first sequence
   std::vector<int64_t> frame_starts;
 };
 
@@ -54,8 +62,8 @@ void validate(const Chunk& chunk, const std::vector<ColumnSpec>& layout);
 enum class UnitKind : int { sequences = 0, frames = 1, pieces = 2 };
 
 struct Request {
-  const int32_t* chunk = nullptr;  // slot (index into the slots given to gather) of each unit
-  const int64_t* unit = nullptr;   // reader-wide unit number (a sequence, or a frame in frame mode)
+  const int32_t* chunk = nullptr;   // primary slot of each unit
+  const int64_t* unit = nullptr;    // reader-wide unit number (a sequence, or a frame in frame mode)
   const int64_t* offset = nullptr;  // pieces: first sample
   const int64_t* count = nullptr;   // pieces: number of samples
   int64_t n = 0;
@@ -70,16 +78,53 @@ struct StreamOut {
 };
 
 struct GatherResult {
-  std::vector<StreamOut> streams;
-  std::vector<uint8_t> keep;  // empty: every unit kept; else 0 for units dropped as invalid
-  int64_t short_unit = -1;    // >= 0: a unit whose stream `short_stream` is too short (no counted error)
-  int32_t short_stream = -1;
-  int64_t short_row = -1;
+  std::vector<StreamOut> streams;  // every deserializer's streams, deserializer after deserializer
+  std::vector<uint8_t> keep;       // empty: every unit kept; else 0 for units dropped as invalid
+  int64_t short_unit = -1;         // >= 0: a unit whose stream `short_stream` (of every stream, in order)
+  int32_t short_stream = -1;       //   is shorter than the unit asks for (no counted error explains it)
+  int64_t short_row = -1;          //   row of the unit's sequence in its chunk
+  std::vector<std::pair<int32_t, int64_t>> missing;  // (deserializer, slot) not loaded: nothing gathered
 };
 
-// Gathers the units of a request from the slots (every referenced slot must be loaded); throws
-// std::invalid_argument for a unit outside its chunk.
-GatherResult gather(const std::vector<const Slot*>& slots, const Request& request,
-                    const std::vector<ColumnSpec>& layout);
+// The per-corpus-sequence link of a secondary deserializer: `match[s]` is its sequence (numbered chunk
+// after chunk, `chunk_starts` = first sequence of each chunk) holding the key of corpus sequence s.
+struct Lookup {
+  const int32_t* match32 = nullptr;  // one of the two is set
+  const int64_t* match64 = nullptr;
+  int64_t sequences = 0;  // corpus sequences covered
+  const int64_t* chunk_starts = nullptr;
+  int64_t chunks = 0;
+  std::shared_ptr<void> owner;
+};
+
+// The loaded chunks of every deserializer of a reader. Loads, clears and gathers may run on different
+// threads: the slot tables are guarded by a mutex, and a gather holds the slots it reads.
+class Store {
+ public:
+  Store(std::vector<std::vector<ColumnSpec>> layouts, std::vector<int64_t> slot_counts);
+
+  // Validates `chunk` (std::invalid_argument) and puts it in slot `index` of deserializer `d`.
+  void load(size_t d, int64_t index, std::shared_ptr<Slot> slot);
+  void clear(size_t d, int64_t index);
+  // Secondary d's link to the corpus (d >= 1).
+  void set_lookup(size_t d, Lookup lookup);
+  // Per corpus sequence, the most samples a whole sequence takes from any stream (truncation); none if null.
+  void set_caps(const int64_t* caps, int64_t sequences, std::shared_ptr<void> owner);
+
+  GatherResult gather(const Request& request) const;
+
+  size_t deserializers() const { return layouts_.size(); }
+  const std::vector<ColumnSpec>& layout(size_t d) const { return layouts_[d]; }
+  int64_t slot_count(size_t d) const { return static_cast<int64_t>(slots_[d].size()); }
+
+ private:
+  std::vector<std::vector<ColumnSpec>> layouts_;
+  std::vector<std::vector<std::shared_ptr<const Slot>>> slots_;
+  std::vector<Lookup> lookups_;
+  const int64_t* caps_ = nullptr;
+  int64_t caps_size_ = 0;
+  std::shared_ptr<void> caps_owner_;
+  mutable std::mutex mutex_;
+};
 
 }  // namespace cntkio::assemble

@@ -16,6 +16,7 @@
 #include "assemble.hpp"
 #include "ctf.hpp"
 #include "file_io.hpp"
+#include "keys.hpp"
 #include "randomizer.hpp"
 
 namespace nb = nanobind;
@@ -209,56 +210,159 @@ nb::tuple compat_order(const std::vector<int64_t>& units_per_chunk, const std::v
                         to_numpy(std::move(r.window_begin)), to_numpy(std::move(r.window_end)));
 }
 
-// ------------------------------------------------------------------------------------------ assembly
+// ------------------------------------------------------------------------------------------ keys
 
-// A minibatch refers to a chunk that is not loaded (the caller loads it and asks again).
-struct ChunkNotLoaded : std::runtime_error {
-  ChunkNotLoaded() : std::runtime_error("a minibatch refers to a chunk that is not loaded") {}
-};
+using U64Array = nb::ndarray<const uint64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using ByteArray = nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+// A key column from Python: (0, int64 values, None), (1, uint64 values, None) or (2, UTF-8 blob, offsets).
+// The arrays stay referenced by the caller's arguments for the duration of the call.
+keys::Column to_key_column(const nb::tuple& spec) {
+  if (nb::len(spec) != 3) throw nb::value_error("a key column is (kind, values or blob, offsets or None)");
+  const int kind = nb::cast<int>(spec[0]);
+  keys::Column c;
+  if (kind == 0 || kind == 1) {
+    U64Array values = nb::cast<U64Array>(spec[1]);  // int64 arrays are passed viewed as uint64
+    c.kind = kind == 0 ? keys::Column::Kind::signed_int : keys::Column::Kind::unsigned_int;
+    c.ints = values.data();
+    c.size = static_cast<int64_t>(values.shape(0));
+  } else if (kind == 2) {
+    ByteArray blob = nb::cast<ByteArray>(spec[1]);
+    OffsetArray offsets = nb::cast<OffsetArray>(spec[2]);
+    if (offsets.shape(0) == 0) throw nb::value_error("text keys need offsets");
+    const int64_t* o = offsets.data();
+    const int64_t n = static_cast<int64_t>(offsets.shape(0)) - 1;
+    for (int64_t i = 0; i < n; ++i) {
+      if (o[i] < 0 || o[i + 1] < o[i] || o[i + 1] > static_cast<int64_t>(blob.shape(0)))
+        throw nb::value_error("text key offsets outside the blob");
+    }
+    c.kind = keys::Column::Kind::text;
+    c.blob = blob.data();
+    c.offsets = o;
+    c.size = n;
+  } else {
+    throw nb::value_error("unknown key column kind");
+  }
+  return c;
+}
+
+nb::tuple duplicates_to_python(keys::Duplicates&& d) {
+  return nb::make_tuple(d.count, to_numpy(std::move(d.examples)));
+}
+
+// Joins two key columns: (row of the secondary per primary key or -1 as int32 or int64, duplicate
+// count of the secondary, the first duplicate rows).
+nb::tuple join_keys(const nb::tuple& primary, const nb::tuple& secondary, bool by_text, bool keep_last) {
+  const keys::Column p = to_key_column(primary), s = to_key_column(secondary);
+  if (!by_text && (p.kind == keys::Column::Kind::text || s.kind == keys::Column::Kind::text))
+    throw nb::value_error("text keys compare as text");
+  keys::Join j;
+  {
+    nb::gil_scoped_release release;
+    j = keys::join(p, s, by_text ? keys::Compare::text : keys::Compare::value, keep_last);
+  }
+  nb::object match;
+  if (s.size < INT32_MAX) {
+    std::vector<int32_t> narrow(j.match.begin(), j.match.end());
+    j.match = {};
+    match = nb::cast(to_numpy(std::move(narrow)));
+  } else {
+    match = nb::cast(to_numpy(std::move(j.match)));
+  }
+  return nb::make_tuple(match, j.duplicates.count, to_numpy(std::move(j.duplicates.examples)));
+}
+
+nb::tuple key_duplicates(const nb::tuple& column, bool by_text) {
+  const keys::Column c = to_key_column(column);
+  if (!by_text && c.kind == keys::Column::Kind::text) throw nb::value_error("text keys compare as text");
+  keys::Duplicates d;
+  {
+    nb::gil_scoped_release release;
+    d = keys::duplicates(c, by_text ? keys::Compare::text : keys::Compare::value);
+  }
+  return duplicates_to_python(std::move(d));
+}
+
+nb::ndarray<nb::numpy, uint64_t> cntk_key_hash(const nb::tuple& column) {
+  const keys::Column c = to_key_column(column);
+  std::vector<uint64_t> hashes;
+  {
+    nb::gil_scoped_release release;
+    hashes = keys::cntk_hash(c);
+  }
+  return to_numpy(std::move(hashes));
+}
+
+// ------------------------------------------------------------------------------------------ assembly
 
 struct StreamLayout {
   assemble::ColumnSpec spec;
   nb::dlpack::dtype dtype;
 };
 
-// The loaded chunks of one reader, by table chunk, and the layout every chunk must have.
-class ChunkSlots {
+using MatchArray32 = nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+// Keeps Python objects alive from C++ (released with the GIL held).
+std::shared_ptr<void> keep_alive(std::vector<nb::object> objects) {
+  auto* held = new std::vector<nb::object>(std::move(objects));
+  return std::shared_ptr<void>(held, [](void* p) {
+    nb::gil_scoped_acquire acquire;
+    delete static_cast<std::vector<nb::object>*>(p);
+  });
+}
+
+// The loaded chunks of every deserializer of a reader (assemble::Store) and the layouts of their streams.
+class ChunkStore {
  public:
-  ChunkSlots(const std::vector<std::tuple<bool, int64_t, char, int64_t>>& layout, int64_t count) {
-    if (count < 0) throw nb::value_error("negative slot count");
-    for (const auto& [sparse, width, kind, itemsize] : layout) {
-      if (width <= 0 || itemsize <= 0 || itemsize > 16) throw nb::value_error("invalid stream layout");
-      nb::dlpack::dtype dtype{};
-      dtype.code = static_cast<uint8_t>(kind == 'f' ? nb::dlpack::dtype_code::Float
-                                        : kind == 'i' ? nb::dlpack::dtype_code::Int
-                                        : kind == 'u' ? nb::dlpack::dtype_code::UInt
-                                        : kind == 'b' ? nb::dlpack::dtype_code::Bool
-                                                      : throw nb::value_error("unsupported dtype kind"));
-      dtype.bits = static_cast<uint8_t>(itemsize * 8);
-      dtype.lanes = 1;
-      layout_.push_back({{sparse, width, itemsize}, dtype});
-      specs_.push_back({sparse, width, itemsize});
+  ChunkStore(const std::vector<std::vector<std::tuple<bool, int64_t, char, int64_t>>>& layouts,
+             const std::vector<int64_t>& slot_counts) {
+    std::vector<std::vector<assemble::ColumnSpec>> specs;
+    for (const auto& layout : layouts) {
+      specs.emplace_back();
+      for (const auto& [sparse, width, kind, itemsize] : layout) {
+        if (width <= 0 || itemsize <= 0 || itemsize > 16) throw nb::value_error("invalid stream layout");
+        nb::dlpack::dtype dtype{};
+        dtype.code = static_cast<uint8_t>(kind == 'f' ? nb::dlpack::dtype_code::Float
+                                          : kind == 'i' ? nb::dlpack::dtype_code::Int
+                                          : kind == 'u' ? nb::dlpack::dtype_code::UInt
+                                          : kind == 'b' ? nb::dlpack::dtype_code::Bool
+                                                        : throw nb::value_error("unsupported dtype kind"));
+        dtype.bits = static_cast<uint8_t>(itemsize * 8);
+        dtype.lanes = 1;
+        layout_.push_back({{sparse, width, itemsize}, dtype});
+        specs.back().push_back({sparse, width, itemsize});
+      }
     }
-    slots_.resize(static_cast<size_t>(count));
+    try {
+      store_ = std::make_unique<assemble::Store>(std::move(specs), slot_counts);
+    } catch (const std::invalid_argument& e) {
+      throw nb::value_error(e.what());
+    }
   }
 
-  // Loads a chunk into slot `index`: per stream (values, seq_offsets, indices or None, indptr or None).
-  void load(int64_t index, const nb::list& columns, int64_t sequences, std::optional<FlagArray> bad, int64_t row0,
-            int64_t first_unit, std::optional<OffsetArray> frame_starts) {
-    check_index(index);
-    if (nb::len(columns) != layout_.size()) throw nb::value_error("wrong number of streams in the chunk");
-    auto holder = std::make_shared<std::vector<nb::object>>();
+  // Loads a chunk of deserializer `d` into slot `index`: per stream (values, seq_offsets, indices or None,
+  // indptr or None); `rows` (or row0 onwards) are the chunk's rows the slot uses.
+  void load(size_t d, int64_t index, const nb::list& columns, int64_t sequences, std::optional<FlagArray> bad,
+            int64_t row0, std::optional<OffsetArray> rows, int64_t first_unit, int64_t first_sequence,
+            std::optional<OffsetArray> frame_starts) {
+    if (d >= store_->deserializers()) throw nb::index_error("deserializer out of range");
+    const std::vector<assemble::ColumnSpec>& specs = store_->layout(d);
+    const size_t first_stream = stream_offset(d);
+    if (nb::len(columns) != specs.size()) throw nb::value_error("wrong number of streams in the chunk");
+    if (sequences < 0) throw nb::value_error("negative sequence count");
+    std::vector<nb::object> owned;
     auto chunk = std::make_shared<assemble::Chunk>();
     chunk->sequences = sequences;
-    for (size_t s = 0; s < layout_.size(); ++s) {
+    for (size_t s = 0; s < specs.size(); ++s) {
       nb::tuple column = nb::cast<nb::tuple>(columns[s]);
       if (nb::len(column) != 4) throw nb::value_error("a column is (values, seq_offsets, indices, indptr)");
-      const StreamLayout& layout = layout_[s];
+      const StreamLayout& layout = layout_[first_stream + s];
+      const std::string name = "stream " + std::to_string(s);
       AnyArray values = nb::cast<AnyArray>(column[0]);
       OffsetArray seq_offsets = nb::cast<OffsetArray>(column[1]);
-      if (values.dtype() != layout.dtype) throw nb::value_error(("stream " + std::to_string(s) + ": wrong dtype").c_str());
+      if (values.dtype() != layout.dtype) throw nb::value_error((name + ": wrong dtype").c_str());
       if (seq_offsets.shape(0) != static_cast<size_t>(sequences + 1))
-        throw nb::value_error(("stream " + std::to_string(s) + ": need one sequence offset per sequence, plus one").c_str());
+        throw nb::value_error((name + ": need one sequence offset per sequence, plus one").c_str());
       assemble::Column c;
       c.sparse = layout.spec.sparse;
       c.width = layout.spec.width;
@@ -269,49 +373,83 @@ class ChunkSlots {
         IndexArray indices = nb::cast<IndexArray>(column[2]);
         OffsetArray indptr = nb::cast<OffsetArray>(column[3]);
         if (values.ndim() != 1 || indices.shape(0) != values.shape(0) || indptr.shape(0) == 0)
-          throw nb::value_error(("stream " + std::to_string(s) + ": malformed CSR arrays").c_str());
+          throw nb::value_error((name + ": malformed CSR arrays").c_str());
         c.indices = indices.data();
         c.indptr = indptr.data();
         c.samples = static_cast<int64_t>(indptr.shape(0)) - 1;
         c.nnz = static_cast<int64_t>(values.shape(0));
       } else {
         if (values.ndim() != 2 || static_cast<int64_t>(values.shape(1)) != c.width)
-          throw nb::value_error(("stream " + std::to_string(s) + ": dense values must be (samples, width)").c_str());
+          throw nb::value_error((name + ": dense values must be (samples, width)").c_str());
         c.samples = static_cast<int64_t>(values.shape(0));
       }
-      for (int k = 0; k < 4; ++k) holder->push_back(nb::borrow(column[k]));
+      for (int k = 0; k < 4; ++k) owned.push_back(nb::borrow(column[k]));
       chunk->columns.push_back(c);
     }
     if (bad) chunk->bad.assign(bad->data(), bad->data() + bad->shape(0));
-    chunk->owner = std::shared_ptr<void>(new std::shared_ptr<std::vector<nb::object>>(holder), [](void* p) {
-      nb::gil_scoped_acquire acquire;
-      delete static_cast<std::shared_ptr<std::vector<nb::object>>*>(p);
-    });
-    {
-      nb::gil_scoped_release release;
-      try {
-        assemble::validate(*chunk, specs_);
-      } catch (const std::invalid_argument& e) {
-        nb::gil_scoped_acquire acquire;
-        throw nb::value_error(e.what());
-      }
-    }
+    chunk->owner = keep_alive(std::move(owned));
     auto slot = std::make_shared<assemble::Slot>();
     slot->chunk = chunk;
     slot->row0 = row0;
+    if (rows) slot->rows.assign(rows->data(), rows->data() + rows->shape(0));
     slot->first_unit = first_unit;
-    if (row0 < 0 || row0 > sequences) throw nb::value_error("row0 outside the chunk");
+    slot->first_sequence = first_sequence;
     if (frame_starts) slot->frame_starts.assign(frame_starts->data(), frame_starts->data() + frame_starts->shape(0));
-    slots_[index] = std::move(slot);
+    std::string failure;
+    {
+      nb::gil_scoped_release release;
+      try {
+        store_->load(d, index, std::move(slot));
+      } catch (const std::invalid_argument& e) {
+        failure = e.what();
+      } catch (const std::out_of_range& e) {
+        failure = std::string("index:") + e.what();
+      }
+    }
+    if (failure.rfind("index:", 0) == 0) throw nb::index_error(failure.c_str() + 6);
+    if (!failure.empty()) throw nb::value_error(failure.c_str());
   }
 
-  void clear(int64_t index) {
-    check_index(index);
-    slots_[index].reset();
+  void clear(size_t d, int64_t index) {
+    try {
+      store_->clear(d, index);
+    } catch (const std::out_of_range& e) {
+      throw nb::index_error(e.what());
+    }
   }
 
-  size_t size() const { return slots_.size(); }
+  // Secondary `d`: per corpus sequence its sequence (int32 or int64), and its chunks' first sequences.
+  void set_lookup(size_t d, const nb::object& match, OffsetArray chunk_starts) {
+    assemble::Lookup lookup;
+    if (nb::isinstance<MatchArray32>(match)) {
+      MatchArray32 m = nb::cast<MatchArray32>(match);
+      lookup.match32 = m.data();
+      lookup.sequences = static_cast<int64_t>(m.shape(0));
+    } else {
+      OffsetArray m = nb::cast<OffsetArray>(match);
+      lookup.match64 = m.data();
+      lookup.sequences = static_cast<int64_t>(m.shape(0));
+    }
+    if (chunk_starts.shape(0) == 0) throw nb::value_error("chunk starts must not be empty");
+    lookup.chunk_starts = chunk_starts.data();
+    lookup.chunks = static_cast<int64_t>(chunk_starts.shape(0)) - 1;
+    lookup.owner = keep_alive({match, nb::cast(chunk_starts)});
+    try {
+      store_->set_lookup(d, std::move(lookup));
+    } catch (const std::invalid_argument& e) {
+      throw nb::value_error(e.what());
+    }
+  }
 
+  void set_caps(std::optional<OffsetArray> caps) {
+    if (!caps) {
+      store_->set_caps(nullptr, 0, nullptr);
+      return;
+    }
+    store_->set_caps(caps->data(), static_cast<int64_t>(caps->shape(0)), keep_alive({nb::cast(*caps)}));
+  }
+
+  // (streams of every deserializer, keep or None, short (unit, stream, row) or None, missing [(d, slot)] or None)
   nb::tuple gather(IndexArray chunk, OffsetArray unit, std::optional<OffsetArray> offset,
                    std::optional<OffsetArray> count, int kind) {
     const size_t n = chunk.shape(0);
@@ -319,32 +457,8 @@ class ChunkSlots {
     if (kind < 0 || kind > 2) throw nb::value_error("kind must be 0 (sequences), 1 (frames) or 2 (pieces)");
     if (kind == 2 && (!offset || !count || offset->shape(0) != n || count->shape(0) != n))
       throw nb::value_error("pieces need offset and count arrays of the same length");
-    // Hold the referenced slots while the GIL is released (slots may change meanwhile); units refer to
-    // them by their place in `held`. A minibatch touches few chunks: a short linear search finds them.
-    std::vector<std::shared_ptr<const assemble::Slot>> held;
-    std::vector<int32_t> held_ids, local(n);
-    int32_t last_id = -1, last_local = -1;
-    for (size_t i = 0; i < n; ++i) {
-      const int32_t c = chunk.data()[i];
-      if (c != last_id) {
-        const auto found = std::find(held_ids.begin(), held_ids.end(), c);
-        if (found != held_ids.end()) {
-          last_local = static_cast<int32_t>(found - held_ids.begin());
-        } else {
-          if (c < 0 || static_cast<size_t>(c) >= slots_.size()) throw nb::value_error("chunk index out of range");
-          if (!slots_[c]) throw ChunkNotLoaded();
-          last_local = static_cast<int32_t>(held.size());
-          held.push_back(slots_[c]);
-          held_ids.push_back(c);
-        }
-        last_id = c;
-      }
-      local[i] = last_local;
-    }
-    std::vector<const assemble::Slot*> pointers;
-    for (const auto& slot : held) pointers.push_back(slot.get());
     assemble::Request request;
-    request.chunk = local.data();
+    request.chunk = chunk.data();
     request.unit = unit.data();
     request.offset = kind == 2 ? offset->data() : nullptr;
     request.count = kind == 2 ? count->data() : nullptr;
@@ -355,13 +469,20 @@ class ChunkSlots {
     {
       nb::gil_scoped_release release;
       try {
-        r = assemble::gather(pointers, request, specs_);
+        r = store_->gather(request);
       } catch (const std::invalid_argument& e) {
         failure = e.what();
       }
     }
     if (!failure.empty()) throw nb::value_error(failure.c_str());
-    if (r.short_unit >= 0) return nb::make_tuple(nb::none(), nb::none(), nb::make_tuple(r.short_unit, r.short_stream, r.short_row));
+    if (!r.missing.empty()) {
+      nb::list missing;
+      for (const auto& [d, slot] : r.missing) missing.append(nb::make_tuple(d, slot));
+      return nb::make_tuple(nb::none(), nb::none(), nb::none(), missing);
+    }
+    if (r.short_unit >= 0) {
+      return nb::make_tuple(nb::none(), nb::none(), nb::make_tuple(r.short_unit, r.short_stream, r.short_row), nb::none());
+    }
     nb::list streams;
     for (size_t s = 0; s < layout_.size(); ++s) {
       assemble::StreamOut& out = r.streams[s];
@@ -380,17 +501,18 @@ class ChunkSlots {
       }
     }
     nb::object keep = r.keep.empty() ? nb::none() : nb::cast(to_numpy(std::move(r.keep)));
-    return nb::make_tuple(streams, keep, nb::none());
+    return nb::make_tuple(streams, keep, nb::none(), nb::none());
   }
 
  private:
-  void check_index(int64_t index) const {
-    if (index < 0 || static_cast<size_t>(index) >= slots_.size()) throw nb::index_error("slot index out of range");
+  size_t stream_offset(size_t d) const {
+    size_t offset = 0;
+    for (size_t k = 0; k < d; ++k) offset += store_->layout(k).size();
+    return offset;
   }
 
-  std::vector<StreamLayout> layout_;
-  std::vector<assemble::ColumnSpec> specs_;
-  std::vector<std::shared_ptr<const assemble::Slot>> slots_;
+  std::vector<StreamLayout> layout_;  // every stream, deserializer after deserializer
+  std::unique_ptr<assemble::Store> store_;
 };
 
 }  // namespace
@@ -398,7 +520,6 @@ class ChunkSlots {
 NB_MODULE(_native, m) {
   m.doc() = "Native core of cntkio: CTF indexer and parser, minibatch assembly, CNTK block randomization.";
   nb::exception<ShortRead>(m, "ShortRead", PyExc_EOFError);
-  nb::exception<ChunkNotLoaded>(m, "ChunkNotLoaded", PyExc_LookupError);
   m.def("ctf_index", &index_ctf, "fd"_a, "size"_a, "force_line_mode"_a, "aliases"_a, "defining_stream"_a,
         "count_lines"_a, "keep_empty_lines"_a, "require_all_inputs"_a, "chunk_size"_a, "threads"_a = 1,
         "parallel_min_bytes"_a = int64_t{64} << 20,
@@ -407,14 +528,22 @@ NB_MODULE(_native, m) {
   m.def("ctf_parse", &parse_file, "fd"_a, "start"_a, "end"_a, "first_line"_a, "starts"_a, "ends"_a, "mode"_a,
         "aliases"_a, "double_precision"_a, "sort_sparse"_a,
         "Read bytes [start, end) of the file and parse the given sequences into flat NumPy buffers (GIL released).");
+  m.def("join_keys", &join_keys, "primary"_a, "secondary"_a, "by_text"_a, "keep_last"_a,
+        "Join key columns (kind, values|blob, offsets|None) with a hash table (GIL released): (match, "
+        "duplicates in the secondary, first duplicate rows).");
+  m.def("key_duplicates", &key_duplicates, "column"_a, "by_text"_a,
+        "Keys of a column that occur more than once: (count, first duplicate rows).");
+  m.def("cntk_key_hash", &cntk_key_hash, "column"_a, "CNTK's 64-bit sequence-key hash of every key's text.");
   m.def("compat_block_order", &compat_order, "units_per_chunk"_a, "samples_per_chunk"_a, "window"_a,
         "sample_window"_a, "seed"_a,
         "CNTK's BlockRandomizer order of one sweep (MT19937-64): (units, chunk_order, window_begin, window_end).");
-  nb::class_<ChunkSlots>(m, "ChunkSlots")
-      .def(nb::init<const std::vector<std::tuple<bool, int64_t, char, int64_t>>&, int64_t>(), "layout"_a, "count"_a)
-      .def("load", &ChunkSlots::load, "index"_a, "columns"_a, "sequences"_a, "bad"_a.none(), "row0"_a,
-           "first_unit"_a, "frame_starts"_a.none())
-      .def("clear", &ChunkSlots::clear, "index"_a)
-      .def("__len__", &ChunkSlots::size)
-      .def("gather", &ChunkSlots::gather, "chunk"_a, "unit"_a, "offset"_a.none(), "count"_a.none(), "kind"_a);
+  nb::class_<ChunkStore>(m, "ChunkStore")
+      .def(nb::init<const std::vector<std::vector<std::tuple<bool, int64_t, char, int64_t>>>&, const std::vector<int64_t>&>(),
+           "layouts"_a, "slot_counts"_a)
+      .def("load", &ChunkStore::load, "deserializer"_a, "index"_a, "columns"_a, "sequences"_a, "bad"_a.none(),
+           "row0"_a, "rows"_a.none(), "first_unit"_a, "first_sequence"_a, "frame_starts"_a.none())
+      .def("clear", &ChunkStore::clear, "deserializer"_a, "index"_a)
+      .def("set_lookup", &ChunkStore::set_lookup, "deserializer"_a, "match"_a, "chunk_starts"_a)
+      .def("set_caps", &ChunkStore::set_caps, "caps"_a.none())
+      .def("gather", &ChunkStore::gather, "chunk"_a, "unit"_a, "offset"_a.none(), "count"_a.none(), "kind"_a);
 }
