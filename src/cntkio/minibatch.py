@@ -164,7 +164,7 @@ class Provenance:
     (``(source, (key, frame))`` in frame mode) in the primary deserializer, ``keys_in(d)`` in deserializer
     ``d`` of a composite; computed when first asked for."""
 
-    __slots__ = ("__dict__", "_corpus", "units", "_keys")
+    __slots__ = ("__dict__", "_corpus", "_keys", "units")
 
     def __init__(self, corpus: Corpus, units: np.ndarray):
         self._corpus, self.units = corpus, units
