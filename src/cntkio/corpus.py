@@ -46,7 +46,7 @@ class Corpus:
         self.deserializers = deserializers
         self.primary = deserializers[0]
         self.frame_mode = frame_mode
-        self.length_mismatch = LengthMismatch(length_mismatch)
+        self.length_mismatch = LengthMismatch.parse(length_mismatch)
         self.streams: list[StreamInformation] = []
         self.routing: dict[str, int] = {}  # stream name -> the deserializer that produces it
         for number, deserializer in enumerate(deserializers):

@@ -41,6 +41,14 @@ class LengthMismatch(str, enum.Enum):
     TRUNCATE = "truncate"
     ERROR = "error"
 
+    @staticmethod
+    def parse(value: LengthMismatch | str) -> LengthMismatch:
+        try:
+            return LengthMismatch(value)
+        except ValueError:
+            choices = ", ".join(repr(p.value) for p in LengthMismatch)
+            raise ConfigError(f"length_mismatch must be one of {choices}, got {value!r}") from None
+
 
 @dataclass(frozen=True)
 class KeyProblems:
@@ -136,7 +144,7 @@ def join(
 ) -> Join:
     """Joins the secondaries to primary sequences ``[first, stop)``. ``strict``: a missing or duplicate
     key is an error naming the key and the file."""
-    policy = LengthMismatch(length_mismatch)
+    policy = LengthMismatch.parse(length_mismatch)
     primary, secondaries = deserializers[0], deserializers[1:]
     defining = _defining(deserializers)
     primary_index = primary.sequence_index()

@@ -20,21 +20,22 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         callspec = getattr(item, "callspec", None)
-        if item.get_closest_marker("ctf_case") and callspec is not None and callspec.params.get("case"):
-            item.user_properties.append(("ctf_case", callspec.params["case"]["name"]))
+        if not item.get_closest_marker("ctf_case") or callspec is None:
+            continue
+        cases = [callspec.params.get("case"), *(callspec.params.get("pair") or ())]  # a pair: both cases
+        item.user_properties.append(("ctf_cases", tuple(case["name"] for case in cases if case)))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    name = dict(report.user_properties).get("ctf_case")
-    if not isinstance(name, str):
-        return
     xfail = hasattr(report, "wasxfail")
-    if report.failed:
-        _outcomes[name] = "failed"
-    elif report.when == "call":
-        _outcomes[name] = ("xfailed" if report.skipped else "xpassed") if xfail else report.outcome
-    elif report.skipped:
-        _outcomes.setdefault(name, "skipped")
+    for name in dict(report.user_properties).get("ctf_cases", ()):
+        if report.failed:
+            _outcomes[name] = "failed"
+        elif report.when == "call":
+            if _outcomes.get(name) != "failed":
+                _outcomes[name] = ("xfailed" if report.skipped else "xpassed") if xfail else report.outcome
+        elif report.skipped:
+            _outcomes.setdefault(name, "skipped")
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

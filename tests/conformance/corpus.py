@@ -56,6 +56,19 @@ def cntk_random_order_cases() -> list[Case]:
     ]
 
 
+def self_consistency_pairs() -> list[tuple[Case, Case]]:
+    """Composite cases checked by self-consistency: (the single-file case, the same data in two files)."""
+    if not corpus_present():
+        return []
+    cases = json.loads((corpus_dir() / "cases.json").read_text(encoding="utf-8"))["cases"]
+    by_name = {c["name"]: c for c in cases if c["kind"] == "ctf" and c.get("compare") == "self_consistency"}
+    return [
+        (single, by_name[name.replace("[single_file]", "[two_files]")])
+        for name, single in sorted(by_name.items())
+        if name.endswith("[single_file]") and single["runnable_from_corpus"]
+    ]
+
+
 def is_reader_case(case: Case) -> bool:
     """Cases run through CNTK's ``HelperRunReaderTest`` (config file, epochs, control file)."""
     return case["harness"] == "HelperRunReaderTest"

@@ -71,12 +71,25 @@ def matrix_lines(data: MinibatchData) -> list[str]:
     return [" ".join(map(format_value, samples[i].tolist())) for i in order]
 
 
-def make_deserializer(case: Case, *, compat: bool = False) -> CTFDeserializer:
-    (data_file,) = case["data_files"]
+def make_deserializers(case: Case, *, compat: bool = False) -> list[CTFDeserializer]:
+    """One deserializer per data file. A composite case (several files) reads one stream from each, the
+    file and the stream at the same place in their lists (the config's ``deserializers`` array)."""
+    files = case["data_files"]
+    if len(files) == 1:
+        return [make_deserializer(case, files[0], stream_defs(case), compat=compat)]
+    streams = list(stream_defs(case).items())
+    assert len(streams) == len(files), "a composite case reads one stream per file"
+    return [
+        make_deserializer(case, file, StreamDefs(**{name: definition}), compat=compat)
+        for file, (name, definition) in zip(files, streams)
+    ]
+
+
+def make_deserializer(case: Case, data_file: str, streams: Any, *, compat: bool = False) -> CTFDeserializer:
     config = case["reader_config"]
     return CTFDeserializer(
         corpus_dir() / data_file,
-        stream_defs(case),
+        streams,
         max_errors=config["maxErrors"],
         skip_sequence_ids=config["skipSequenceIds"],
         chunk_size_in_bytes=config["chunkSizeInBytes"],
@@ -88,7 +101,9 @@ def make_deserializer(case: Case, *, compat: bool = False) -> CTFDeserializer:
     )
 
 
-def run_reader_case(case: Case, *, compat: bool = False, cntk_random_order: bool = False) -> str:
+def run_reader_case(
+    case: Case, *, compat: bool = False, cntk_random_order: bool = False, randomize: bool = False
+) -> str:
     """The control-file text cntkio produces for a ``HelperRunReaderTest`` case.
 
     Every epoch gets a fresh source that starts at ``e*epoch_size`` (rounded up to the next sequence
@@ -97,10 +112,11 @@ def run_reader_case(case: Case, *, compat: bool = False, cntk_random_order: bool
     ``randomize=False`` unless ``cntk_random_order``: cases with ``randomize`` on but ``rng_dependent``
     false hold a single sequence or only identical ones (or fail before any order shows), so the order
     cannot matter. ``cntk_random_order`` reads in CNTK's exact block-randomized order (``compat=True`` on
-    the source, CNTK's default window of 128 chunks and the case's seed), for the RNG-dependent cases.
+    the source, CNTK's default window of 128 chunks and the case's seed), for the RNG-dependent cases;
+    ``randomize`` reads in cntkio's own randomized order (the case's seed).
     """
     params, config = case["params"], case["reader_config"]
-    deserializer = make_deserializer(case, compat=compat)
+    deserializers = make_deserializers(case, compat=compat)
     names = matrix_names(params)
     epoch_size = params["epoch_size"]
     partitions: dict[str, int] = {}
@@ -109,9 +125,9 @@ def run_reader_case(case: Case, *, compat: bool = False, cntk_random_order: bool
     lines: list[str] = []
     for epoch in range(params["num_epochs"]):
         source = MinibatchSource(
-            deserializer,
+            deserializers,
             max_samples=(epoch + 1) * epoch_size,
-            randomize=cntk_random_order,
+            randomize=cntk_random_order or randomize,
             compat=cntk_random_order,
             randomization_seed=config["randomizationSeed"],
             trace_level=config["traceLevel"],

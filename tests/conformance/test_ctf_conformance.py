@@ -27,6 +27,7 @@ from .corpus import (
     is_reader_case,
     missing_corpus_message,
     selected_cases,
+    self_consistency_pairs,
 )
 from .diagnostics import EXACT_OFFSET_KINDS, cntk_errors, line_of, rows_with_only_empty_row_warnings
 from .driver import open_generated_input, run_reader_case, stream_defs, write_generated_input
@@ -45,6 +46,7 @@ READER_CASES = [c for c in CASES if is_reader_case(c)]
 GENERATED_INPUT_CASES = [c for c in CASES if is_generated_input_case(c)]
 INVALID_INPUTS_CASES = [c for c in CASES if c["name"] == INVALID_INPUTS]
 RANDOM_ORDER_CASES = cntk_random_order_cases()
+COMPOSITE_PAIRS = self_consistency_pairs()
 
 
 def _params(cases: list[Case]) -> list[Any]:
@@ -132,6 +134,25 @@ def test_reader_case(case: Case) -> None:
 def test_cntk_random_order_case(case: Case) -> None:
     """RNG-dependent cases: with compat=True the source reproduces CNTK's block-randomized order."""
     assert run_reader_case(case, cntk_random_order=True).split() == control_text(case).split()
+
+
+def _pair_params(pairs: list[tuple[Case, Case]]) -> list[Any]:
+    if not pairs:
+        return [pytest.param(None, id="no-corpus", marks=pytest.mark.skip(reason=missing_corpus_message()))]
+    return [pytest.param(pair, id=pair[1]["name"]) for pair in pairs]
+
+
+@pytest.mark.ctf_case
+@pytest.mark.parametrize("compat", [False, True], ids=["cntkio-order", "cntk-order"])
+@pytest.mark.parametrize("pair", _pair_params(COMPOSITE_PAIRS))
+def test_composite_case_matches_single_file(pair: tuple[Case, Case], compat: bool) -> None:
+    """CompositeCNTKTextFormatReader_*: the two-file composite (one CTF deserializer per stream, joined by
+    sequence id) writes token for token what the single file writes, randomized with the same seed."""
+    single, composite = pair
+    expected = run_reader_case(single, randomize=True, cntk_random_order=compat)
+    output = run_reader_case(composite, randomize=True, cntk_random_order=compat)
+    assert expected.split(), "the single-file case wrote nothing"
+    assert output.split() == expected.split()
 
 
 @pytest.mark.ctf_case
