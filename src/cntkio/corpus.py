@@ -15,13 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from .arrays import exclusive_cumsum
+from .arrays import exclusive_cumsum, segment_sums
 from .deserializer import Deserializer
 from .errors import ConfigError
 from .join import JoinReport, LengthMismatch, join
 from .streams import StreamInformation
 
 ChunkKey = tuple[int, int]  # (deserializer, slot): a table chunk of the primary, a chunk of a secondary
+REFERENCED_CACHE_ENTRIES = 1 << 14  # table chunks whose secondary chunks are remembered
 
 
 class Corpus:
@@ -87,14 +88,14 @@ class Corpus:
             self.chunk_ids, counts = np.unique(home, return_counts=True)
             self.sequence_starts = exclusive_cumsum(counts)
             self.row0 = self.primary_ids[self.sequence_starts[:-1]] - index.chunk_starts[self.chunk_ids]
-        self.chunk_samples = np.add.reduceat(self.lengths, self.sequence_starts[:-1], dtype=np.int64)
+        self.chunk_samples = segment_sums(self.lengths, self.sequence_starts[:-1])
         self.sweep_size = int(self.chunk_samples.sum())
         # frame mode: first frame (= unit) of every sequence (8 bytes a sequence); sequence mode: units are
         # sequences, and nothing per sequence is added to the deserializer's own index
         self.frame_starts: np.ndarray | None = exclusive_cumsum(self.lengths) if frame_mode else None
         self.unit_starts = exclusive_cumsum(self.chunk_samples) if frame_mode else self.sequence_starts
         self.units_per_chunk = np.diff(self.unit_starts)
-        self._secondary_chunks = [self._chunks_referenced(d) for d in range(1, len(deserializers))]
+        self._referenced: dict[ChunkKey, np.ndarray] = {}  # (secondary, table chunk) -> its chunks needed
 
     @property
     def num_chunks(self) -> int:
@@ -126,26 +127,29 @@ class Corpus:
         """Slots of each deserializer: the table chunks for the primary, its chunks for a secondary."""
         return [self.num_chunks] + [d.num_chunks() for d in self.deserializers[1:]]
 
-    def _chunks_referenced(self, deserializer: int) -> tuple[np.ndarray, np.ndarray]:
-        """CSR (indptr over table chunks, chunk ids) of the secondary's chunks each table chunk needs."""
-        starts = self.deserializers[deserializer].sequence_index().chunk_starts
-        count = len(starts) - 1
-        home = np.searchsorted(starts, self.matches[deserializer - 1], side="right") - 1
-        table = np.repeat(np.arange(self.num_chunks, dtype=np.int64), np.diff(self.sequence_starts))
-        pairs = np.unique(table * count + home)
-        indptr = np.searchsorted(pairs // count, np.arange(self.num_chunks + 1), side="left")
-        return indptr, pairs % count
+    def _chunks_referenced(self, deserializer: int, table_chunk: int) -> np.ndarray:
+        """The chunks of a secondary that hold the keys of a table chunk's sequences (computed when first
+        needed, remembered for the next sweeps; int32)."""
+        key = (deserializer, table_chunk)
+        found = self._referenced.get(key)
+        if found is None:
+            if len(self._referenced) >= REFERENCED_CACHE_ENTRIES:
+                self._referenced.clear()
+            a, b = self.sequence_starts[table_chunk], self.sequence_starts[table_chunk + 1]
+            starts = self.deserializers[deserializer].sequence_index().chunk_starts
+            homes = np.searchsorted(starts, self.matches[deserializer - 1][a:b], side="right") - 1
+            found = self._referenced[key] = np.unique(homes).astype(np.int32)
+        return found
 
     def chunk_keys(self, table_chunks: Iterable[int]) -> list[ChunkKey]:
         """The chunks reading the given table chunks needs: each table chunk, then the secondaries' chunks
         holding the keys of its sequences."""
         chunks = list(table_chunks)
         keys: list[ChunkKey] = [(0, c) for c in chunks]
-        for number, (indptr, ids) in enumerate(self._secondary_chunks, start=1):
-            seen: set[int] = set()
-            for c in chunks:
-                seen.update(ids[indptr[c] : indptr[c + 1]].tolist())
-            keys.extend((number, s) for s in sorted(seen))
+        for number in range(1, len(self.deserializers)):
+            needed = [self._chunks_referenced(number, c) for c in chunks]
+            if needed:
+                keys.extend((number, s) for s in np.unique(np.concatenate(needed)).tolist())
         return keys
 
     def slot_source(

@@ -15,6 +15,7 @@ from typing import Any, Union
 import numpy as np
 import scipy.sparse
 
+from .arrays import narrow_lengths
 from .errors import ConfigError
 from .keys import KeyColumn
 from .streams import StreamInformation
@@ -163,4 +164,4 @@ class SequenceIndex:
                 "lengths must be >= 1"
             )
         keys = KeyColumn.concatenate([KeyColumn.of(c.keys) for c in chunks])
-        return SequenceIndex(starts, lengths, keys)
+        return SequenceIndex(starts, narrow_lengths(lengths), keys)

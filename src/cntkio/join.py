@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from .arrays import narrow_lengths
 from .deserializer import Deserializer
 from .errors import ConfigError
 from .keys import KeyColumn, comparable, duplicate_keys, join_keys, shorten
@@ -232,8 +233,17 @@ def _combine_lengths(
             if len(rows):
                 mismatches[d] = rows
     if policy is LengthMismatch.TRUNCATE and mismatches:
-        shortest = np.minimum.reduce([lengths[d] for d in carrying])
+        shortest = _elementwise(np.minimum, [lengths[d] for d in carrying])
         return shortest, shortest.astype(np.int64), mismatches
     if defining is not None:
-        return lengths[defining], None, mismatches
-    return np.maximum.reduce(lengths), None, mismatches
+        return narrow_lengths(lengths[defining]), None, mismatches
+    return _elementwise(np.maximum, lengths), None, mismatches
+
+
+def _elementwise(function: np.ufunc, arrays: list[np.ndarray]) -> np.ndarray:
+    """``function`` over the arrays element by element, in one output array (no stacked copy)."""
+    fits = all(not len(a) or int(a.max()) < 2**31 for a in arrays)
+    result = arrays[0].astype(np.int32 if fits else np.int64)
+    for other in arrays[1:]:
+        function(result, other, out=result, casting="unsafe")  # safe: every value fits the result's type
+    return result

@@ -1,11 +1,15 @@
 // The key join: a hash table of row numbers (linear probing, at most half full) over one column.
 #include "keys.hpp"
 
+#include <sys/mman.h>
+
 #include <charconv>
 #include <cstring>
+#include <new>
 #include <limits>
 #include <stdexcept>
 #include <string_view>
+#include <type_traits>
 
 namespace cntkio::keys {
 
@@ -72,16 +76,24 @@ class Reader {
   char buffer_[24];
 };
 
-// Row numbers of a column in a table of 2^k slots (-1: empty).
+// Row numbers of a column in a table of 2^k slots (-1: empty). The slots are pages of their own
+// (mmap): freeing the table gives its memory back at once instead of leaving the heap grown.
 template <class Slot>
 class Table {
  public:
   explicit Table(int64_t rows) {
     size_t capacity = 16;
     while (capacity < static_cast<size_t>(rows) * 2) capacity <<= 1;
-    slots_.assign(capacity, Slot{-1});
+    bytes_ = capacity * sizeof(Slot);
+    void* pages = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (pages == MAP_FAILED) throw std::bad_alloc();
+    slots_ = static_cast<Slot*>(pages);
+    std::memset(slots_, 0xff, bytes_);  // every slot -1
     mask_ = capacity - 1;
   }
+  ~Table() { munmap(slots_, bytes_); }
+  Table(const Table&) = delete;
+  Table& operator=(const Table&) = delete;
 
   // Inserts every row of `column`; a key already present counts as a duplicate.
   Duplicates insert_all(Reader& column, Reader& probe, bool keep_last) {
@@ -114,7 +126,8 @@ class Table {
   }
 
  private:
-  std::vector<Slot> slots_;
+  Slot* slots_ = nullptr;
+  size_t bytes_ = 0;
   size_t mask_ = 0;
 };
 
@@ -124,8 +137,15 @@ Join join_with(const Column& primary, const Column& secondary, Compare compare, 
   Table<Slot> table(secondary.size);
   Join result;
   result.duplicates = table.insert_all(stored, probe, keep_last);
-  result.match.resize(static_cast<size_t>(primary.size));
-  for (int64_t row = 0; row < primary.size; ++row) result.match[row] = table.find(keys, row, stored);
+  std::vector<Slot>& match = [&]() -> std::vector<Slot>& {
+    if constexpr (std::is_same_v<Slot, int32_t>) {
+      return result.match32;
+    } else {
+      return result.match64;
+    }
+  }();
+  match.resize(static_cast<size_t>(primary.size));
+  for (int64_t row = 0; row < primary.size; ++row) match[row] = static_cast<Slot>(table.find(keys, row, stored));
   return result;
 }
 

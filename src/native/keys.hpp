@@ -27,8 +27,11 @@ struct Duplicates {
 };
 
 struct Join {
-  std::vector<int64_t> match;  // per primary key: the row of the secondary holding it, or -1
-  Duplicates duplicates;       // in the secondary
+  // Per primary key: the row of the secondary holding it, or -1; in `match32` when the secondary has
+  // fewer than 2^31 - 1 rows (4 bytes a key), else in `match64`.
+  std::vector<int32_t> match32;
+  std::vector<int64_t> match64;
+  Duplicates duplicates;  // in the secondary
 };
 
 constexpr size_t kExamples = 5;

@@ -261,14 +261,7 @@ nb::tuple join_keys(const nb::tuple& primary, const nb::tuple& secondary, bool b
     nb::gil_scoped_release release;
     j = keys::join(p, s, by_text ? keys::Compare::text : keys::Compare::value, keep_last);
   }
-  nb::object match;
-  if (s.size < INT32_MAX) {
-    std::vector<int32_t> narrow(j.match.begin(), j.match.end());
-    j.match = {};
-    match = nb::cast(to_numpy(std::move(narrow)));
-  } else {
-    match = nb::cast(to_numpy(std::move(j.match)));
-  }
+  nb::object match = s.size < INT32_MAX ? nb::cast(to_numpy(std::move(j.match32))) : nb::cast(to_numpy(std::move(j.match64)));
   return nb::make_tuple(match, j.duplicates.count, to_numpy(std::move(j.duplicates.examples)));
 }
 
