@@ -450,3 +450,30 @@ def test_a_composite_feeds_a_dataloader_with_workers(both: Composite) -> None:
     for batch, minibatch in zip(batches, expected):
         assert np.array_equal(batch["y"].to_dense().numpy(), minibatch["y"].csr.toarray())
         assert batch.lengths["x"].tolist() == minibatch["x"].sequence_lengths.tolist()
+
+
+def test_a_format_may_look_up_the_last_copy_of_a_duplicate_key(data: Data) -> None:
+    class LastCopy(Labels):
+        duplicate_key_copy = "last"
+
+    keys = [str(k) for k in data.keys]
+    for kind, expected in ((Labels, 1.0), (LastCopy, 2.0)):
+        labels = kind([*keys, keys[5]], [1.0] * len(keys) + [2.0])
+        source = MinibatchSource([CTFDeserializer(data.path, X_ONLY), labels], randomize=False, max_sweeps=1)
+        assert source.next_minibatch(10_000)["label"].values[5, 0] == expected
+        assert f"the {'last' if kind is LastCopy else 'first'} copy used" in str(source.join_report)
+
+
+def test_duplicate_primary_keys_are_reported_and_each_copy_read(tmp_path: Path) -> None:
+    primary, secondary = tmp_path / "p.ctf", tmp_path / "s.ctf"
+    primary.write_text("1 |x 1 1\n2 |x 2 2\n1 |x 3 3\n")
+    secondary.write_text("2 |y 0:1\n1 |y 1:1\n")
+    deserializers = [CTFDeserializer(primary, X_ONLY), CTFDeserializer(secondary, Y_ONLY)]
+    source = MinibatchSource(deserializers, randomize=False, max_sweeps=1)
+    assert source.join_report is not None and source.join_report.deserializers[0].duplicates.count == 1
+    assert "every copy read" in str(source.join_report)
+    minibatch = source.next_minibatch(100)
+    assert minibatch["x"].values[:, 0].tolist() == [1, 2, 3]
+    assert minibatch["y"].indices.tolist() == [1, 0, 1]
+    with pytest.raises(ConfigError, match=r"key 1 occurs more than once in .*p\.ctf"):
+        MinibatchSource(deserializers, strict=True)

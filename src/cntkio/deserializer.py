@@ -78,6 +78,10 @@ class ChunkIndex:
 class Deserializer(abc.ABC):
     """One data format. Subclass it to add a format: implement the four methods below."""
 
+    #: Which copy a lookup by key finds when this deserializer, joined as a secondary, holds a key more than
+    #: once: ``"first"`` (in index order) or ``"last"`` (CNTK's image map files kept the last line).
+    duplicate_key_copy: str = "first"
+
     @abc.abstractmethod
     def stream_infos(self) -> list[StreamInformation]:
         """The streams this deserializer produces, in order."""

@@ -8,6 +8,7 @@ building it costs a few bytes per key and no Python object per key.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 from collections.abc import Sequence
@@ -74,6 +75,7 @@ class DeserializerJoin:
     ``length_mismatches``: joined sequences whose length here differs from the others'."""
 
     source: str
+    copy_used: str = "first"  # of a duplicate key
     missing: KeyProblems = KeyProblems()
     duplicates: KeyProblems = KeyProblems()
     length_mismatches: KeyProblems = KeyProblems()
@@ -95,12 +97,13 @@ class JoinReport:
     def __str__(self) -> str:
         lines = [f"joined {len(self.deserializers)} deserializers by key: {self.sequences - self.dropped} of "
                  f"{self.sequences} sequences kept, {self.dropped} dropped"]  # fmt: skip
-        for d in self.deserializers:
+        for number, d in enumerate(self.deserializers):
+            copies = "every copy read, joined to the same data" if number == 0 else f"the {d.copy_used} copy used"
             problems = [
                 p.describe(what)
                 for p, what in (
                     (d.missing, "keys of the primary missing, sequences dropped"),
-                    (d.duplicates, "duplicate keys, the first copy used"),
+                    (d.duplicates, f"duplicate keys, {copies}"),
                     (d.length_mismatches, f"sequences of another length, policy {self.length_mismatch.value!r}"),
                 )
                 if p
@@ -124,6 +127,13 @@ class Join:
 
 def _examples(keys: KeyColumn, rows: np.ndarray) -> tuple[Any, ...]:
     return tuple(keys.take(np.asarray(rows[:EXAMPLES], dtype=np.int64)))
+
+
+def _keeps_last(deserializer: Deserializer) -> bool:
+    copy = deserializer.duplicate_key_copy
+    if copy not in ("first", "last"):
+        raise ConfigError(f"{deserializer.source_name}: duplicate_key_copy must be 'first' or 'last', got {copy!r}")
+    return copy == "last"
 
 
 def _defining(deserializers: Sequence[Deserializer]) -> int | None:
@@ -155,8 +165,8 @@ def join(
     count = stop - first
     found = np.ones(count, dtype=bool)
     joins = []
-    for column in columns[1:]:
-        joined = join_keys(columns[0], column, by_text)
+    for deserializer, column in zip(secondaries, columns[1:]):
+        joined = join_keys(columns[0], column, by_text, keep_last=_keeps_last(deserializer))
         found &= joined.match >= 0
         joins.append(joined)
     reports = []
@@ -169,6 +179,7 @@ def join(
         reports.append(
             DeserializerJoin(
                 deserializer.source_name,
+                deserializer.duplicate_key_copy,
                 missing=KeyProblems(len(missing), _examples(primary_keys, missing)),
                 duplicates=KeyProblems(joined.duplicates, _examples(index.keys, joined.duplicate_rows)),
             )
@@ -202,7 +213,7 @@ def join(
 
 
 def _with_mismatches(report: DeserializerJoin, problems: KeyProblems) -> DeserializerJoin:
-    return DeserializerJoin(report.source, report.missing, report.duplicates, problems)
+    return dataclasses.replace(report, length_mismatches=problems)
 
 
 def _refuse_key_problems(reports: list[DeserializerJoin], primary: str) -> None:
