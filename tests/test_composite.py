@@ -477,3 +477,15 @@ def test_duplicate_primary_keys_are_reported_and_each_copy_read(tmp_path: Path) 
     assert minibatch["y"].indices.tolist() == [1, 0, 1]
     with pytest.raises(ConfigError, match=r"key 1 occurs more than once in .*p\.ctf"):
         MinibatchSource(deserializers, strict=True)
+
+
+def test_a_secondary_truncated_after_indexing_is_an_error_naming_it(data: Data, tmp_path: Path) -> None:
+    y = write_y_file(data, tmp_path / "y.ctf")
+    source = MinibatchSource(
+        [CTFDeserializer(data.path, X_ONLY), CTFDeserializer(y, Y_ONLY, chunk_size_in_bytes=100)], max_sweeps=1
+    )
+    with open(y, "r+b") as handle:
+        handle.truncate(y.stat().st_size // 2)
+    with pytest.raises(CNTKIOError, match=r"y\.ctf"):
+        read(source, 50)
+    source.close()
