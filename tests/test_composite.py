@@ -378,10 +378,10 @@ def test_length_mismatches_can_be_errors(tmp_path: Path) -> None:
         _open_lengths_pair(tmp_path, length_mismatch="cut")
 
 
-def test_padded_streams_in_frame_mode_name_the_short_file(tmp_path: Path) -> None:
-    source = _open_lengths_pair(tmp_path, frame_mode=True)
-    with pytest.raises(CNTKIOError, match=r"labels\.ctf.*'l' of sequence 1"):
-        read(source, 4)
+def test_padded_length_mismatches_are_refused_in_frame_mode_and_bptt(tmp_path: Path) -> None:
+    for options in ({"frame_mode": True}, {"truncation_length": 2}):
+        with pytest.raises(ConfigError, match=r"(?s)same number of samples.*'truncate'.*labels\.ctf.*\(1, 4\)"):
+            _open_lengths_pair(tmp_path, **options)
 
 
 def test_per_sequence_data_is_no_length_mismatch(data: Data) -> None:

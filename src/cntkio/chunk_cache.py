@@ -115,7 +115,8 @@ class ChunkCache:
         )
         source = deserializer.source_name
         data = deserializer.get_chunk(chunk_id)
-        sequences = int(np.diff(deserializer.sequence_index().chunk_starts)[chunk_id])
+        starts = deserializer.sequence_index().chunk_starts
+        sequences = int(starts[chunk_id + 1] - starts[chunk_id])
         columns = []
         for info in self.corpus.streams_of(number):
             if info.name not in data:

@@ -10,6 +10,7 @@ secondary, the sequence holding its key.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
@@ -59,6 +60,8 @@ class Corpus:
                         "stream names must be unique across deserializers"
                     )
                 self.routing[info.name] = number
+                if info.stream_id != len(self.streams):  # ids number the streams of every deserializer
+                    info = dataclasses.replace(info, stream_id=len(self.streams))
                 self.streams.append(info)
         index = self.primary.sequence_index()
         first, stop = data_slice if data_slice is not None else (0, index.num_sequences)
@@ -208,7 +211,7 @@ class Corpus:
         joined, and the counts."""
         return [
             [d.fingerprint() for d in self.deserializers],
-            self.length_mismatch.value,
+            self.caps is not None,  # truncated lengths (other policies keep the samples)
             self.first_sequence,
             len(self.lengths),
             self.num_chunks,

@@ -245,7 +245,8 @@ def _combine_lengths(
                 mismatches[d] = rows
     if policy is LengthMismatch.TRUNCATE and mismatches:
         shortest = _elementwise(np.minimum, [lengths[d] for d in carrying])
-        return shortest, shortest.astype(np.int64), mismatches
+        counted = shortest if defining is None else narrow_lengths(np.minimum(lengths[defining], shortest))
+        return counted, shortest.astype(np.int64), mismatches
     if defining is not None:
         return narrow_lengths(lengths[defining]), None, mismatches
     return _elementwise(np.maximum, lengths), None, mismatches

@@ -51,7 +51,12 @@ class KeyColumn:
             return NumericKeys(keys)
         keys = list(keys)
         if all(isinstance(k, (int, np.integer)) and not isinstance(k, bool) for k in keys):
-            return NumericKeys(np.array(keys, dtype=np.int64 if all(int(k) < 2**63 for k in keys) else np.uint64))
+            low, high = min(map(int, keys), default=0), max(map(int, keys), default=0)
+            if high < 2**63 and low >= -(2**63):
+                return NumericKeys(np.array(keys, dtype=np.int64))
+            if low >= 0 and high < 2**64:
+                return NumericKeys(np.array(keys, dtype=np.uint64))
+            return ObjectKeys(keys)
         if all(isinstance(k, str) for k in keys):
             return TextKeys.from_strings(keys)
         return ObjectKeys(keys)
@@ -61,7 +66,11 @@ class KeyColumn:
         if len(columns) == 1:
             return columns[0]
         if all(isinstance(c, NumericKeys) for c in columns):
-            return NumericKeys(np.concatenate([c.values for c in columns]))  # type: ignore[attr-defined]
+            numeric = [c for c in columns if isinstance(c, NumericKeys)]
+            kind = type(numeric[0]) if all(type(c) is type(numeric[0]) for c in numeric) else NumericKeys
+            values = _common_integers([c.values for c in numeric])
+            if values is not None:
+                return kind(values)
         if all(isinstance(c, TextKeys) for c in columns):
             texts = [c for c in columns if isinstance(c, TextKeys)]
             blob = np.concatenate([c.blob[c.offsets[0] : c.offsets[-1]] for c in texts])
@@ -72,10 +81,22 @@ class KeyColumn:
         return ObjectKeys([k for c in columns for k in c.take(np.arange(len(c), dtype=np.int64))])
 
 
+def _common_integers(arrays: list[np.ndarray]) -> np.ndarray | None:
+    """The arrays as one integer array: int64, or uint64 when a value needs it and none is negative; None
+    when no integer type holds them all (a negative key beside one >= 2^63)."""
+    if any(a.dtype == np.uint64 for a in arrays):
+        if any(a.dtype.kind == "i" and len(a) and int(a.min()) < 0 for a in arrays):
+            return None
+        return np.concatenate([a.astype(np.uint64, copy=False) for a in arrays])
+    return np.concatenate([a.astype(np.int64, copy=False) for a in arrays])
+
+
 class NumericKeys(KeyColumn):
     """Integer keys (CTF numeric ids, line numbers, plug-in integer keys)."""
 
     def __init__(self, values: np.ndarray):
+        if values.dtype.kind not in "iu":
+            raise TypeError(f"numeric keys must be integers, got {values.dtype}")
         self.values = values
 
     def __len__(self) -> int:

@@ -127,6 +127,7 @@ class MinibatchSource:
         self._corpus = Corpus(
             deserializers, self.data_slice, self.frame_mode, strict=bool(strict), length_mismatch=length_mismatch
         )
+        self._check_aligned()
         self._infos = self._corpus.streams
         self.streams = Record({info.name: info for info in self._infos})
         if self._corpus.sweep_size == 0:
@@ -143,6 +144,18 @@ class MinibatchSource:
         self._lock = threading.RLock()
         self._fingerprint_text = self._fingerprint()
         self._closed = False
+
+    def _check_aligned(self) -> None:
+        """Frame mode and truncated BPTT read step by step: deserializers whose lengths differ (padded) would
+        fail at the first such sequence, mid-sweep; say so now."""
+        report = self._corpus.join_report
+        if report is None or not (self.frame_mode or self.truncation_length) or self._corpus.caps is not None:
+            return
+        if any(d.length_mismatches for d in report.deserializers):
+            raise ConfigError(
+                "frame mode and truncated BPTT need the same number of samples in every deserializer of a sequence; "
+                f"use length_mismatch='truncate' to cut them to the shortest:\n{report}"
+            )
 
     @property
     def epoch_size(self) -> float:

@@ -210,6 +210,17 @@ nb::tuple compat_order(const std::vector<int64_t>& units_per_chunk, const std::v
                         to_numpy(std::move(r.window_begin)), to_numpy(std::move(r.window_end)));
 }
 
+// An array argument whose data pointer is kept beyond the cast: taken as it is (no converted copy that
+// would be freed while the pointer is still in use); anything else is a ValueError naming `what`.
+template <class Array>
+Array exact_array(nb::handle object, const std::string& what) {
+  try {
+    return nb::cast<Array>(object, false);
+  } catch (const nb::cast_error&) {
+    throw nb::value_error((what + ": expected a C-contiguous NumPy array of the right type").c_str());
+  }
+}
+
 // ------------------------------------------------------------------------------------------ keys
 
 using U64Array = nb::ndarray<const uint64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
@@ -222,13 +233,13 @@ keys::Column to_key_column(const nb::tuple& spec) {
   const int kind = nb::cast<int>(spec[0]);
   keys::Column c;
   if (kind == 0 || kind == 1) {
-    U64Array values = nb::cast<U64Array>(spec[1]);  // int64 arrays are passed viewed as uint64
+    U64Array values = exact_array<U64Array>(spec[1], "integer keys (uint64; int64 viewed as uint64)");
     c.kind = kind == 0 ? keys::Column::Kind::signed_int : keys::Column::Kind::unsigned_int;
     c.ints = values.data();
     c.size = static_cast<int64_t>(values.shape(0));
   } else if (kind == 2) {
-    ByteArray blob = nb::cast<ByteArray>(spec[1]);
-    OffsetArray offsets = nb::cast<OffsetArray>(spec[2]);
+    ByteArray blob = exact_array<ByteArray>(spec[1], "text keys (uint8 blob)");
+    OffsetArray offsets = exact_array<OffsetArray>(spec[2], "text key offsets (int64)");
     if (offsets.shape(0) == 0) throw nb::value_error("text keys need offsets");
     const int64_t* o = offsets.data();
     const int64_t n = static_cast<int64_t>(offsets.shape(0)) - 1;
@@ -351,8 +362,8 @@ class ChunkStore {
       if (nb::len(column) != 4) throw nb::value_error("a column is (values, seq_offsets, indices, indptr)");
       const StreamLayout& layout = layout_[first_stream + s];
       const std::string name = "stream " + std::to_string(s);
-      AnyArray values = nb::cast<AnyArray>(column[0]);
-      OffsetArray seq_offsets = nb::cast<OffsetArray>(column[1]);
+      AnyArray values = exact_array<AnyArray>(column[0], name + " values");
+      OffsetArray seq_offsets = exact_array<OffsetArray>(column[1], name + " sequence offsets (int64)");
       if (values.dtype() != layout.dtype) throw nb::value_error((name + ": wrong dtype").c_str());
       if (seq_offsets.shape(0) != static_cast<size_t>(sequences + 1))
         throw nb::value_error((name + ": need one sequence offset per sequence, plus one").c_str());
@@ -363,8 +374,8 @@ class ChunkStore {
       c.values = static_cast<const char*>(values.data());
       c.seq_offsets = seq_offsets.data();
       if (c.sparse) {
-        IndexArray indices = nb::cast<IndexArray>(column[2]);
-        OffsetArray indptr = nb::cast<OffsetArray>(column[3]);
+        IndexArray indices = exact_array<IndexArray>(column[2], name + " indices (int32)");
+        OffsetArray indptr = exact_array<OffsetArray>(column[3], name + " indptr (int64)");
         if (values.ndim() != 1 || indices.shape(0) != values.shape(0) || indptr.shape(0) == 0)
           throw nb::value_error((name + ": malformed CSR arrays").c_str());
         c.indices = indices.data();
@@ -415,11 +426,11 @@ class ChunkStore {
   void set_lookup(size_t d, const nb::object& match, OffsetArray chunk_starts) {
     assemble::Lookup lookup;
     if (nb::isinstance<MatchArray32>(match)) {
-      MatchArray32 m = nb::cast<MatchArray32>(match);
+      MatchArray32 m = exact_array<MatchArray32>(match, "match");
       lookup.match32 = m.data();
       lookup.sequences = static_cast<int64_t>(m.shape(0));
     } else {
-      OffsetArray m = nb::cast<OffsetArray>(match);
+      OffsetArray m = exact_array<OffsetArray>(match, "match (int32 or int64)");
       lookup.match64 = m.data();
       lookup.sequences = static_cast<int64_t>(m.shape(0));
     }
