@@ -41,9 +41,7 @@ shows medians. CPU seconds are the child's user + system time (all threads).
                  Then the first minibatch of 1024 (time shown, not a bar: it parses chunks), checked: 1024
                  sequences of 1 sample, keys 0..1023 in order, a = 1 and b = the key.
 
-Until the composite exists MinibatchSource([...]) raises NotImplementedError: those rows read "composite not
-available" and do not count as failures. A child that fails otherwise is a failed check. Exits 1 when a check
-is not ok.
+A child that fails is a failed check. Exits 1 when a check is not ok.
 
 Data: $BENCH_DATA or ./bench-data (the ATIS split is rewritten every run, the join files once per size).
   python bench/composite.py [--runs 3] [--atis-sweeps 100] [--join-keys 1000000] [--json out.json]
@@ -100,7 +98,6 @@ JOIN_BAR_S = 1.0
 JOIN_BAR_BYTES = 24.0
 LINES_PER_BLOCK = 1_000_000  # lines generated at once
 SAME_SUM = 1e-12  # sums of integers in float64: exact in practice
-UNAVAILABLE = "composite not available"
 
 
 # ------------------------------------------------------------------------------------------- children
@@ -123,7 +120,7 @@ def atis_defs(names: Sequence[str]) -> Any:
 
 
 def atis_source(spec: dict[str, Any]) -> MinibatchSource:
-    """The source of one ATIS configuration (raises NotImplementedError while the composite is missing)."""
+    """The source of one ATIS configuration."""
     names = [name for name, _ in ATIS_STREAMS]
     if spec["mode"] == "single":
         deserializers: list[Deserializer] = [CTFDeserializer(spec["file"], atis_defs(names))]
@@ -139,10 +136,7 @@ def atis_source(spec: dict[str, Any]) -> MinibatchSource:
 def child_atis(spec: dict[str, Any]) -> dict[str, Any]:
     """Timed: construction, then next_minibatch until {} counting minibatches and sequences only."""
     cpu0, t0 = cpu_seconds(), time.perf_counter()
-    try:
-        source = atis_source(spec)
-    except NotImplementedError as error:
-        return {"unavailable": str(error)}
+    source = atis_source(spec)
     t1 = time.perf_counter()
     minibatches = sequences = 0
     size = spec["minibatch"]
@@ -165,10 +159,7 @@ def child_atis(spec: dict[str, Any]) -> dict[str, Any]:
 def child_atis_check(spec: dict[str, Any]) -> dict[str, Any]:
     """Untimed: the same reads, with per stream samples, nonzeros and sum(value * (1 + column)) (see
     sample_weights), and the pair sums that tie the streams of a sequence together (see pair_names)."""
-    try:
-        source = atis_source(spec)
-    except NotImplementedError as error:
-        return {"unavailable": str(error)}
+    source = atis_source(spec)
     primary, others = ATIS_STREAMS[0][0], [name for name, _ in ATIS_STREAMS[1:]]
     minibatches = sequences = 0
     problems: list[str] = []
@@ -295,10 +286,7 @@ def child_join(spec: dict[str, Any]) -> dict[str, Any]:
     base = proc_status("VmRSS")
     reset_peak_rss()
     cpu0, t0 = cpu_seconds(), time.perf_counter()
-    try:
-        source = MinibatchSource(primary if spec["alone"] else [primary, secondary], randomize=False, max_sweeps=1)
-    except NotImplementedError as error:
-        return {"unavailable": str(error)}
+    source = MinibatchSource(primary if spec["alone"] else [primary, secondary], randomize=False, max_sweeps=1)
     seconds, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
     untrimmed = proc_status("VmRSS")
     release_free_memory()  # what the source keeps, without the heap pages its temporaries left free
@@ -506,10 +494,6 @@ def relative(a: float, b: float) -> float:
     return abs(a - b) / max(abs(b), 1e-300)
 
 
-def unavailable(runs: list[dict[str, Any]]) -> bool:
-    return any("unavailable" in r for r in runs)
-
-
 def failures(runs: list[dict[str, Any]]) -> list[str]:
     return [f"run {number}: {r['failed']}" for number, r in enumerate(runs, 1) if "failed" in r]
 
@@ -560,10 +544,6 @@ def atis_section(report: Report, args: argparse.Namespace, split: AtisSplit, res
         checks = {mode: results[f"atis {mode} {size} check"][0] for mode in ("single", "composite")}
         for mode in ("single", "composite"):
             runs, check = results[f"atis {mode} {size}"], checks[mode]
-            if unavailable(runs) or "unavailable" in check:
-                rows.append((str(size), mode, UNAVAILABLE, *["-"] * 9))
-                numbers[f"{mode} {size}"] = UNAVAILABLE
-                continue
             problems = failures(runs) + atis_check_problems(check, split, sweeps)
             ok = [r for r in runs if "failed" not in r]
             problems += [
@@ -632,9 +612,9 @@ def atis_section(report: Report, args: argparse.Namespace, split: AtisSplit, res
                     "PASS" if total_ratio >= ATIS_BAR else "FAIL",
                 )
             )
-        else:
-            numbers[f"composite / single {size}"] = UNAVAILABLE
-            ratio_rows.append((str(size), UNAVAILABLE, "-", "-", "-"))
+        else:  # a reader failed every run: no ratio (its row and check say so)
+            numbers[f"composite / single {size}"] = "failed"
+            ratio_rows.append((str(size), "failed", "-", "-", "-"))
     report.numbers["atis"] = numbers
     header = (
         "minibatch",
@@ -675,10 +655,6 @@ def join_section(report: Report, args: argparse.Namespace, results: Results) -> 
     numbers: dict[str, Any] = {}
     for case, description in JOIN_CASES.items():
         runs = results[f"join {case}"]
-        if unavailable(runs):
-            rows.append((case, description, UNAVAILABLE, *["-"] * 9))
-            numbers[case] = UNAVAILABLE
-            continue
         ok = [r for r in runs if "failed" not in r]
         verdict = report.verdict(failures(runs) + [p for r in ok for p in r["problems"]])
         if not ok:
@@ -789,9 +765,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     atis_section(report, args, split, results)
     join_section(report, args, results)
-    missing = sum(unavailable(runs) for runs in results.values())
-    note = f"; {missing} measurements: {UNAVAILABLE}" if missing else ""
-    report.lines.append("checks: " + ("all ok" if report.ok else "NOT OK (see the check columns)") + note)
+    report.lines.append("checks: " + ("all ok" if report.ok else "NOT OK (see the check columns)"))
     text = "\n".join(report.lines)
     print()
     print(text)
