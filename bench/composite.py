@@ -563,7 +563,7 @@ def atis_section(report: Report, args: argparse.Namespace, split: AtisSplit, res
                 problems.append("totals differ from the single file's")
             verdict = report.verdict(problems)
             if not ok:
-                rows.append((str(size), mode, "failed", *["-"] * 8, verdict))
+                rows.append((str(size), mode, "failed", *["-"] * 7, verdict))
                 numbers[f"{mode} {size}"] = {"check": verdict}
                 continue
             construct, read, total = (median(ok, key) for key in ("construct_s", "read_s", "seconds"))
@@ -658,7 +658,7 @@ def join_section(report: Report, args: argparse.Namespace, results: Results) -> 
         ok = [r for r in runs if "failed" not in r]
         verdict = report.verdict(failures(runs) + [p for r in ok for p in r["problems"]])
         if not ok:
-            rows.append((case, description, "failed", *["-"] * 8, verdict))
+            rows.append((case, description, "failed", *["-"] * 7, verdict))
             numbers[case] = {"check": verdict}
             continue
         seconds, cpu = median(ok, "seconds"), median(ok, "cpu_s")
