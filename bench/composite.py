@@ -563,7 +563,7 @@ def atis_section(report: Report, args: argparse.Namespace, split: AtisSplit, res
                 problems.append("totals differ from the single file's")
             verdict = report.verdict(problems)
             if not ok:
-                rows.append((str(size), mode, "failed", *["-"] * 7, verdict))
+                rows.append((str(size), mode, "failed", *["-"] * 8, verdict))
                 numbers[f"{mode} {size}"] = {"check": verdict}
                 continue
             construct, read, total = (median(ok, key) for key in ("construct_s", "read_s", "seconds"))
