@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the CTF fuzz target with AddressSanitizer and UndefinedBehaviorSanitizer and runs it for a short
-# while on the seeds (libFuzzer with clang when available; the standalone driver with g++ otherwise).
+# Builds the fuzz targets (CTF parser, minibatch assembly, key join) with AddressSanitizer and
+# UndefinedBehaviorSanitizer and runs them for a short while on the seeds (libFuzzer with clang when available; the standalone driver with g++ otherwise).
 set -euo pipefail
 cd "$(dirname "$0")"
 seconds=${1:-20}
@@ -20,5 +20,6 @@ run() {
   fi
 }
 
-run fuzz_ctf $((seconds * 3 / 4)) ctf_fuzz.cpp ../src/native/ctf_index.cpp ../src/native/ctf_parse.cpp
-run fuzz_assemble $((seconds / 4)) assemble_fuzz.cpp ../src/native/assemble.cpp
+run fuzz_ctf $((seconds * 3 / 5)) ctf_fuzz.cpp ../src/native/ctf_index.cpp ../src/native/ctf_parse.cpp
+run fuzz_assemble $((seconds / 5)) assemble_fuzz.cpp ../src/native/assemble.cpp
+run fuzz_keys $((seconds / 5)) keys_fuzz.cpp ../src/native/keys.cpp

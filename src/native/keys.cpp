@@ -59,7 +59,7 @@ class Reader {
     }
     const std::string_view x = text(i);
     const std::string_view y = other.text(j);
-    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size()) == 0;
+    return x.size() == y.size() && (x.empty() || std::memcmp(x.data(), y.data(), x.size()) == 0);
   }
 
   int64_t size() const { return c_.size; }
