@@ -521,8 +521,11 @@ class ChunkStore {
 
 }  // namespace
 
+void bind_records(nb::module_& m);  // records_bindings.cpp
+
 NB_MODULE(_native, m) {
   m.doc() = "Native core of cntkio: CTF indexer and parser, minibatch assembly, CNTK block randomization.";
+  bind_records(m);
   nb::exception<ShortRead>(m, "ShortRead", PyExc_EOFError);
   m.def("ctf_index", &index_ctf, "fd"_a, "size"_a, "force_line_mode"_a, "aliases"_a, "defining_stream"_a,
         "count_lines"_a, "keep_empty_lines"_a, "require_all_inputs"_a, "chunk_size"_a, "threads"_a = 1,
