@@ -3,8 +3,10 @@
 Drop-in for ``cntk.io``: ``from cntkio import MinibatchSource, CTFDeserializer, StreamDef, StreamDefs``.
 """
 
+from .convert import write_cbf
 from .deserializer import ChunkIndex, DenseStream, Deserializer, SparseStream
 from .errors import CNTKIOError, ConfigError, FormatError, Location, MaxErrorsExceeded
+from .formats.cbf import CBFDeserializer
 from .formats.ctf import CTFDeserializer
 from .join import DeserializerJoin, JoinReport, KeyProblems, LengthMismatch
 from .minibatch import MinibatchData
@@ -24,6 +26,7 @@ __all__ = [
     "DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS",
     "FULL_DATA_SWEEP",
     "INFINITELY_REPEAT",
+    "CBFDeserializer",
     "CNTKIOError",
     "CTFDeserializer",
     "ChunkIndex",
@@ -47,4 +50,5 @@ __all__ = [
     "StreamInformation",
     "TraceLevel",
     "sequence_to_cntk_text_format",
+    "write_cbf",
 ]

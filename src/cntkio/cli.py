@@ -1,6 +1,7 @@
-"""The ``cntkio`` command line: ``cntkio inspect FILE`` validates a CTF file and summarises it.
+"""The ``cntkio`` command line: ``cntkio inspect FILE`` validates a CTF file and summarises it;
+``cntkio convert IN.ctf OUT.cbf`` writes it as CNTK Binary Format.
 
-Exit status: 0 valid, 1 errors found in the data, 2 usage error or unreadable file.
+Exit status: 0 valid (converted), 1 errors found in the data, 2 usage error or unreadable file.
 """
 
 from __future__ import annotations
@@ -13,8 +14,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from .convert import DEFAULT_CBF_CHUNK_SIZE_IN_BYTES, write_cbf
 from .errors import ConfigError, FormatError
+from .formats.ctf import CTFDeserializer
+from .infer import infer_streams
 from .inspect import Progress, Report, StreamSpec, inspect_file
+from .streams import StreamDef
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 PROGRESS_MIN_BYTES = 64 * 1024 * 1024
@@ -71,6 +76,29 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     inspect.add_argument("--precision", choices=("float", "double"), default="float", help="value type")
     inspect.add_argument("--json", action="store_true", help="print the report as JSON")
+    convert = commands.add_parser(
+        "convert",
+        help="convert a CTF file to CNTK Binary Format (CBF)",
+        description="Write a CTF file as CBF (what CNTK's ctf2bin.py writes), through a temporary file renamed "
+        "when complete. Without --stream, the streams are inferred from a full scan of the file. Exit status: "
+        "0 converted, 1 errors in the data, 2 usage or I/O error.",
+    )
+    convert.add_argument("input", metavar="IN.ctf", help="CTF file to convert")
+    convert.add_argument("output", metavar="OUT.cbf", help="CBF file to write")
+    convert.add_argument(
+        "--stream", metavar="NAME:DIM:dense|sparse[:ALIAS]", type=stream_spec, action="append", dest="streams",
+        help="a stream to write (repeatable), in this order; default: inferred from the file",
+    )  # fmt: skip
+    convert.add_argument(
+        "--chunk-size", metavar="BYTES", type=positive_int, default=DEFAULT_CBF_CHUNK_SIZE_IN_BYTES,
+        help=f"CBF chunk size (default {DEFAULT_CBF_CHUNK_SIZE_IN_BYTES})",
+    )  # fmt: skip
+    convert.add_argument("--precision", choices=("float", "double"), default="float", help="value type")
+    convert.add_argument("--max-errors", metavar="N", type=int, default=0, help="bad records to skip (default 0)")
+    convert.add_argument(
+        "--progress", action=argparse.BooleanOptionalAction, default=None,
+        help="a progress bar (needs tqdm; default: when stderr is a terminal and tqdm is installed)",
+    )  # fmt: skip
     return parser
 
 
@@ -81,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     level = logger.level
     logger.setLevel(logging.ERROR)  # every problem is in the report: no log lines on stderr
     try:
-        return _inspect(args)
+        return _convert(args) if args.command == "convert" else _inspect(args)
     except BrokenPipeError:  # output piped into e.g. `head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_INVALID
@@ -116,8 +144,34 @@ def _inspect(args: argparse.Namespace) -> int:
     return EXIT_OK if report.ok else EXIT_INVALID
 
 
-def _fail(message: str) -> int:
-    print(f"cntkio inspect: error: {message}", file=sys.stderr)
+def _convert(args: argparse.Namespace) -> int:
+    path: str = args.input
+    try:
+        specs = args.streams
+        if specs is None:
+            specs = [StreamSpec(s.alias, s.dim, s.is_sparse, s.alias) for s in infer_streams(path)]
+            if not specs:
+                return _fail(f"no '|name' input found in '{path}'", "convert")
+        definitions = {s.name: StreamDef(field=s.alias, shape=s.dim, is_sparse=s.is_sparse) for s in specs}
+        source = CTFDeserializer(path, definitions, precision=args.precision, max_errors=args.max_errors)
+        try:
+            write_cbf(source, args.output, chunk_size_in_bytes=args.chunk_size, progress=args.progress)
+        finally:
+            source.close()
+    except FormatError as e:
+        print(f"cntkio convert: {_format_error(e)}", file=sys.stderr)
+        return EXIT_INVALID
+    except OSError as e:
+        return _fail(f"cannot convert '{path}': {e.strerror or e}", "convert")
+    except (ConfigError, ImportError) as e:
+        return _fail(str(e), "convert")
+    described = ", ".join(f"{s.name} ({s.dim} {'sparse' if s.is_sparse else 'dense'})" for s in specs)
+    print(f"{path} -> {args.output}: {described}")
+    return EXIT_OK
+
+
+def _fail(message: str, command: str = "inspect") -> int:
+    print(f"cntkio {command}: error: {message}", file=sys.stderr)
     return EXIT_USAGE
 
 

@@ -63,7 +63,7 @@ class ChunkIndex:
     """What the index knows of one chunk before parsing it: per-sequence keys and lengths."""
 
     chunk_id: int
-    keys: Sequence[Any]  # a NumPy array (numeric keys) or a list of strings
+    keys: Sequence[Any] | np.ndarray  # a NumPy array (numeric keys) or a list of strings
     lengths: np.ndarray  # int64 samples per sequence (on the stream that defines the minibatch size)
 
     @property

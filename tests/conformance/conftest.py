@@ -47,7 +47,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     different = [name for name in ran if name in EXPECTED_DIFFERENT]
     reproduced = sum(outcome == "passed" for name, outcome in ran.items() if name not in EXPECTED_DIFFERENT)
     parts = [
-        f"conformance: {reproduced}/{len(ran)} CTF cases reproduced",
+        f"conformance: {reproduced}/{len(ran)} CTF and CBF cases reproduced",
         f"{len(different)} expected-different",
     ]
     for outcome, label in _EXTRA_OUTCOMES:

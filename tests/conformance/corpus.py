@@ -37,11 +37,11 @@ def missing_corpus_message() -> str:
 
 
 def selected_cases() -> list[Case]:
-    """CTF cases that do not depend on CNTK's random generator and are runnable from the corpus."""
+    """CTF and CBF cases that do not depend on CNTK's random generator and are runnable from the corpus."""
     if not corpus_present():
         return []
     cases = json.loads((corpus_dir() / "cases.json").read_text(encoding="utf-8"))["cases"]
-    return [c for c in cases if c["kind"] == "ctf" and not c["rng_dependent"] and c["runnable_from_corpus"]]
+    return [c for c in cases if c["kind"] in ("ctf", "cbf") and not c["rng_dependent"] and c["runnable_from_corpus"]]
 
 
 def cntk_random_order_cases() -> list[Case]:

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from cntkio import CTFDeserializer, MinibatchData, MinibatchSource, StreamDef, StreamDefs
+from cntkio import CBFDeserializer, CTFDeserializer, Deserializer, MinibatchData, MinibatchSource, StreamDef, StreamDefs
 
 from .corpus import Case, corpus_dir
 
@@ -71,10 +71,13 @@ def matrix_lines(data: MinibatchData) -> list[str]:
     return [" ".join(map(format_value, samples[i].tolist())) for i in order]
 
 
-def make_deserializers(case: Case, *, compat: bool = False) -> list[CTFDeserializer]:
+def make_deserializers(case: Case, *, compat: bool = False) -> list[Deserializer]:
     """One deserializer per data file. A composite case (several files) reads one stream from each, the
-    file and the stream at the same place in their lists (the config's ``deserializers`` array)."""
+    file and the stream at the same place in their lists (the config's ``deserializers`` array). A CBF
+    file exposes its own streams (the helper's ``features``/``labels`` matrices are named like them)."""
     files = case["data_files"]
+    if case["kind"] == "cbf":
+        return [CBFDeserializer(corpus_dir() / files[0], precision=case["reader_config"]["precision"])]
     if len(files) == 1:
         return [make_deserializer(case, files[0], stream_defs(case), compat=compat)]
     streams = list(stream_defs(case).items())
@@ -88,7 +91,7 @@ def make_deserializers(case: Case, *, compat: bool = False) -> list[CTFDeseriali
 def make_deserializer(case: Case, data_file: str, streams: Any, *, compat: bool = False) -> CTFDeserializer:
     config = case["reader_config"]
     return CTFDeserializer(
-        corpus_dir() / data_file,
+        corpus_dir() / data_file,  # the CTF reader's options, with CNTK's defaults filled in
         streams,
         max_errors=config["maxErrors"],
         skip_sequence_ids=config["skipSequenceIds"],
@@ -129,9 +132,9 @@ def run_reader_case(
             max_samples=(epoch + 1) * epoch_size,
             randomize=cntk_random_order or randomize,
             compat=cntk_random_order,
-            randomization_seed=config["randomizationSeed"],
-            trace_level=config["traceLevel"],
-            frame_mode=config["frameMode"],
+            randomization_seed=config.get("randomizationSeed", 0),
+            trace_level=config.get("traceLevel", 1),
+            frame_mode=config.get("frameMode", False),
             prefetch=False,
         )
         try:

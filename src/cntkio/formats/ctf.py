@@ -6,7 +6,6 @@ import enum
 import functools
 import logging
 import os
-import stat
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +16,7 @@ from ..deserializer import ChunkIndex, DenseStream, Deserializer, ParsedChunk, S
 from ..errors import ConfigError, ErrorBudget, FormatError, Location
 from ..keys import KeyColumn, NumericKeys, TextKeys
 from ..streams import StreamInformation, iter_stream_defs
+from .data_file import DataFile, reopen
 
 logger = logging.getLogger("cntkio")
 
@@ -173,29 +173,10 @@ class CTFDeserializer(Deserializer):
 
     # ----------------------------------------------------------------------------------- index
     def _open(self) -> int:
-        try:
-            # O_NONBLOCK: opening a FIFO must not wait for a writer (it is then refused below)
-            fd = os.open(self.filename, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
-        except OSError as e:
-            raise FileNotFoundError(f"cannot open CTF file '{self.filename}': {e.strerror}") from e
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            os.close(fd)
-            kind = (
-                "a FIFO" if stat.S_ISFIFO(info.st_mode)
-                else "a character device" if stat.S_ISCHR(info.st_mode)
-                else "a directory" if stat.S_ISDIR(info.st_mode)
-                else "a socket" if stat.S_ISSOCK(info.st_mode)
-                else "a block device" if stat.S_ISBLK(info.st_mode)
-                else "not a regular file"
-            )  # fmt: skip
-            raise FormatError(f"input is {kind}, not a regular file; CTF is read by offset", Location(self.filename, 0))
-        self.file_size = info.st_size
-        self._identity = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
-        if info.st_size == 0:
-            os.close(fd)
-            raise FormatError("input file is empty", Location(self.filename, 0, 1, 1))
-        return fd
+        self.data_file = DataFile(self.filename, "CTF")
+        self.file_size = self.data_file.size
+        self._identity = self.data_file.identity
+        return self.data_file.fd
 
     def _build_index(self) -> None:
         defining = next((i for i, s in enumerate(self._streams) if s.defines_mb_size), -1)
@@ -246,14 +227,7 @@ class CTFDeserializer(Deserializer):
         )
 
     def _check_unchanged(self, since: str) -> None:
-        """Raises if the open file's size or modification time changed (it is rewritten in place)."""
-        info = os.fstat(self._fd)
-        if (info.st_size, info.st_mtime_ns) != self._identity[2:]:
-            raise FormatError(
-                f"the file changed since it was {since} (size {self._identity[2]} -> {info.st_size} bytes or a new "
-                "modification time); reopen it to read the new contents",
-                Location(self.filename, min(info.st_size, self._identity[2])),
-            )
+        self.data_file.check_unchanged(since)
 
     def _report_index_errors(self, errors: dict[str, np.ndarray], keys: list[bytes]) -> None:
         for number, (offset, kind, stream, line, column) in enumerate(
@@ -298,7 +272,7 @@ class CTFDeserializer(Deserializer):
         return self._index
 
     def fingerprint(self) -> list[Any]:
-        return [type(self).__name__, os.path.basename(self.filename), self._identity[2], self._identity[3]]
+        return [type(self).__name__, *self.data_file.fingerprint()]
 
     def get_chunk(self, chunk_id: int) -> ParsedChunk:
         a, b = self._chunk_range(chunk_id)
@@ -375,7 +349,7 @@ class CTFDeserializer(Deserializer):
     def close(self) -> None:
         """Closes the file (reading a chunk afterwards raises)."""
         if getattr(self, "_fd", -1) >= 0:
-            os.close(self._fd)
+            self.data_file.close()
             self._fd = -1
 
     def __del__(self) -> None:
@@ -385,7 +359,7 @@ class CTFDeserializer(Deserializer):
         """Pickles as its arguments and the file's identity: the copy opens and indexes the file again, and
         refuses a file that changed meanwhile (other data under the same name)."""
         args, kwargs = self._arguments
-        return (_reopen, (args, kwargs, self._identity[2:]))
+        return (reopen, (CTFDeserializer, args, kwargs, self._identity[2:]))
 
     # --------------------------------------------------------------------------------- errors
     def _report(self, errors: dict[str, np.ndarray], sequence_base: int) -> None:
@@ -423,17 +397,6 @@ class CTFDeserializer(Deserializer):
             "skipped_lines": self.dropped_lines,
             "skipped_sequences": self.dropped_sequences,
         }
-
-
-def _reopen(args: tuple[Any, ...], kwargs: dict[str, Any], identity: tuple[int, int]) -> CTFDeserializer:
-    reader = CTFDeserializer(*args, **kwargs)
-    if reader._identity[2:] != tuple(identity):
-        reader.close()
-        raise FormatError(
-            "the file changed since the deserializer was pickled; build a new one to read the new contents",
-            Location(reader.filename, 0),
-        )
-    return reader
 
 
 def _same(error: FormatError) -> FormatError:
