@@ -336,3 +336,10 @@ def test_cli_convert(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert cli(["convert", str(bad), str(tmp_path / "bad.cbf"), "--stream", "x:2:dense"]) == 1
     assert "bad.ctf:2" in capsys.readouterr().err
     assert not (tmp_path / "bad.cbf").exists()
+
+
+def test_a_progress_bar_on_request(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("tqdm")
+    data = make_data(tmp_path, 30, seed=2)
+    write_cbf(CTFDeserializer(data.path, STREAMS, chunk_size_in_bytes=100), tmp_path / "p.cbf", progress=True)
+    assert "writing CBF" in capsys.readouterr().err
