@@ -7,6 +7,7 @@ import os
 import struct
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +58,7 @@ def write_cbf(
         with open(temporary, "wb") as out, _progress_bar(deserializer, progress) as advance:
             out.write(struct.pack("<QI", MAGIC, 1))
             pending = _PendingChunk(len(infos))
-            for chunk_id in range(deserializer.num_chunks()):
-                columns, lengths, sizes = _chunk_columns(deserializer, chunk_id, infos, dtypes)
+            for columns, lengths, sizes in _parsed_ahead(deserializer, infos, dtypes):
                 first = 0
                 while first < len(lengths):
                     last = _fill(sizes, first, limit - pending.size)
@@ -88,6 +88,22 @@ def _output_dtype(info: StreamInformation, precision: str | None) -> np.dtype[An
     if info.dtype not in (np.float32, np.float64):
         raise ConfigError(f"stream '{info.name}' is {info.dtype}; CBF holds float32 or float64 (set precision)")
     return info.dtype
+
+
+def _parsed_ahead(
+    deserializer: Deserializer, infos: list[StreamInformation], dtypes: list[np.dtype[Any]]
+) -> Iterator[tuple[list[tuple[Any, ...]], np.ndarray, np.ndarray]]:
+    """The source's chunks in order (see :func:`_chunk_columns`), the next one parsed on a thread while the
+    caller encodes and writes the current one (parsers release the GIL)."""
+    count = deserializer.num_chunks()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cntkio-convert") as pool:
+        ahead = pool.submit(_chunk_columns, deserializer, 0, infos, dtypes) if count else None
+        for chunk_id in range(count):
+            assert ahead is not None
+            current = ahead.result()
+            if chunk_id + 1 < count:
+                ahead = pool.submit(_chunk_columns, deserializer, chunk_id + 1, infos, dtypes)
+            yield current
 
 
 def _chunk_columns(

@@ -190,9 +190,13 @@ std::vector<uint32_t> read_lengths(int fd, const Header& h) {
 std::vector<Column> decode_chunk(int fd, const Header& h, int64_t chunk) {
   if (chunk < 0 || chunk >= static_cast<int64_t>(h.chunk_sequences.size())) throw std::out_of_range("chunk out of range");
   const int64_t begin = h.chunk_offsets[chunk], end = h.chunk_offsets[chunk + 1];
-  std::unique_ptr<char[]> buffer(new char[static_cast<size_t>(end - begin)]);
-  read_or_fail(fd, begin, end - begin, buffer.get(), "chunk", chunk);
-  Bytes b(buffer.get(), end - begin, begin);
+  // The chunk's bytes, in a buffer each thread keeps for its next chunks (its pages stay mapped: no page
+  // faults on every chunk); a buffer far larger than this chunk is given back.
+  thread_local std::vector<char> buffer;
+  const size_t bytes = static_cast<size_t>(end - begin);
+  if (buffer.size() < bytes || buffer.size() > 4 * bytes + (size_t{64} << 20)) buffer = std::vector<char>(bytes);
+  read_or_fail(fd, begin, end - begin, buffer.data(), "chunk", chunk);
+  Bytes b(buffer.data(), end - begin, begin);
   b.chunk = chunk;
   const int64_t sequences = h.chunk_sequences[chunk];
   std::vector<uint32_t> lengths(static_cast<size_t>(sequences));

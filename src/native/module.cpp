@@ -660,7 +660,10 @@ nb::list cbf_encode(const nb::list& columns, int64_t first, int64_t last) {
     }
   }
   nb::list out;
-  for (auto& block : blocks) out.append(to_numpy(std::vector<uint8_t>(block.begin(), block.end())));
+  for (auto& block : blocks) {
+    const size_t size = block.size();
+    out.append(bytes_to_numpy(std::move(block), nb::dtype<uint8_t>(), {size}));
+  }
   return out;
 }
 
