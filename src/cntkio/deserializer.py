@@ -76,7 +76,53 @@ class ChunkIndex:
 
 
 class Deserializer(abc.ABC):
-    """One data format. Subclass it to add a format: implement the four methods below."""
+    """One data format. Subclass it to add a format: implement the four methods below.
+
+    What an implementation must guarantee (the reader relies on it; violations it can see are errors naming
+    the chunk and stream, at the boundary):
+
+    * **Stateless chunks**: ``get_chunk(c)`` returns the same data every time it is called, for the life of
+      the object: the reader drops chunks and parses them again in later sweeps, and a checkpoint restored in
+      another process parses them again there.
+    * **Thread safety**: ``get_chunk`` is called from background threads, several chunks at once, in any
+      order; it must not share mutable state between calls (release the GIL in heavy native code to gain
+      from it).
+    * **Index agreement**: chunk ``c`` holds exactly the sequences ``chunk_index(c)`` lists, in that order;
+      each stream gives every sequence its samples (``seq_offsets``); no sequence has more samples than its
+      index length (the most over its streams, or its ``defines_mb_size`` stream's).
+    * **Arrays**: dense values ``(samples, *shape)`` of the stream's dtype; sparse CSR with int32 indices in
+      ``[0, dim)`` (sorted within a sample), int64 ``indptr`` and ``seq_offsets``. Returned arrays are treated
+      as read-only (minibatches copy out of them).
+    * **Keys**: integers (up to uint64), strings, or other hashable objects (joined by ``str()``); a key
+      should name one sequence (duplicates are reported when deserializers are joined by key).
+    * **Pickling**: to be used by ``DataLoader`` worker processes, the object must pickle (file formats
+      reopen their files; see :class:`cntkio.CTFDeserializer`).
+
+    Example (a complete format: every sequence ``k`` holds ``k % 3 + 1`` samples of ``[k, step]``)::
+
+        class Ramp(Deserializer):
+            def __init__(self, chunks):
+                self.chunks = chunks
+                self.info = StreamInformation("x", 0, "dense", np.dtype(np.float32), (2,))
+
+            def stream_infos(self):
+                return [self.info]
+
+            def num_chunks(self):
+                return self.chunks
+
+            def chunk_index(self, c):
+                keys = np.arange(10 * c, 10 * c + 10)
+                return ChunkIndex(c, keys, keys % 3 + 1)
+
+            def get_chunk(self, c):
+                index = self.chunk_index(c)
+                rows = [[k, t] for k, n in zip(index.keys, index.lengths) for t in range(n)]
+                offsets = np.concatenate([[0], np.cumsum(index.lengths)])
+                return {"x": DenseStream(np.array(rows, dtype=np.float32), offsets)}
+
+        source = MinibatchSource(Ramp(chunks=4), max_sweeps=1)
+    """
 
     #: Which copy a lookup by key finds when this deserializer, joined as a secondary, holds a key more than
     #: once: ``"first"`` (in index order) or ``"last"`` (CNTK's image map files kept the last line).
