@@ -18,6 +18,7 @@ from .source import (
     TraceLevel,
 )
 from .streams import Record, StreamConfiguration, StreamDef, StreamDefs, StreamInformation
+from .user import MinibatchSourceFromData, UserDataError, UserDeserializer, UserMinibatchSource
 from .writer import sequence_to_cntk_text_format
 
 __version__ = "0.1.0"
@@ -42,6 +43,7 @@ __all__ = [
     "MaxErrorsExceeded",
     "MinibatchData",
     "MinibatchSource",
+    "MinibatchSourceFromData",
     "Record",
     "SparseStream",
     "StreamConfiguration",
@@ -49,6 +51,9 @@ __all__ = [
     "StreamDefs",
     "StreamInformation",
     "TraceLevel",
+    "UserDataError",
+    "UserDeserializer",
+    "UserMinibatchSource",
     "sequence_to_cntk_text_format",
     "write_cbf",
 ]

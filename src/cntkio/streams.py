@@ -109,6 +109,12 @@ class StreamInformation:
     def m_definesMbSize(self) -> bool:
         return self.defines_mb_size
 
+    def __post_init__(self) -> None:
+        """Accepts what ``cntk.io`` code passes: a NumPy type for ``dtype`` and an integer ``shape``."""
+        object.__setattr__(self, "dtype", np.dtype(self.dtype))
+        shape = (self.shape,) if isinstance(self.shape, (int, np.integer)) else self.shape
+        object.__setattr__(self, "shape", tuple(int(d) for d in shape))
+
     def __repr__(self) -> str:
         return f"StreamInformation({self.name!r}, {self.storage_format}, shape={self.shape}, dtype={self.dtype})"
 
