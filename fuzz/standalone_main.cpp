@@ -1,7 +1,12 @@
 // A small driver for fuzz targets where libFuzzer is not available (g++): runs the target on every seed
 // file given, then on random mutations of them (byte flips, inserted CTF tokens, cuts, splices) until the
-// time budget runs out. Deterministic for a given --seed. Usage: fuzz_ctf [--seconds N] [--seed S] SEED...
+// time budget runs out. Deterministic for a given --seed. An input that aborts the target is written to
+// ./crash-input. Usage: fuzz_ctf [--seconds N] [--seed S] SEED...
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +18,26 @@
 #include <vector>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+
+namespace {
+
+// The input being run, written to ./crash-input when the target aborts (to reproduce the failure).
+const std::string* current = nullptr;
+
+void save_input(int signal) {
+  if (current != nullptr) {
+    const int fd = ::open("crash-input", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      const ssize_t written = ::write(fd, current->data(), current->size());
+      (void)written;
+      ::close(fd);
+    }
+  }
+  std::signal(signal, SIG_DFL);
+  std::raise(signal);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   double seconds = 10;
@@ -29,7 +54,12 @@ int main(int argc, char** argv) {
     }
   }
   if (inputs.empty()) inputs.emplace_back("0 |a 1 2 3 |b 4:1\n");
-  for (const std::string& input : inputs) LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(input.data()), input.size());
+  std::signal(SIGABRT, save_input);
+  std::signal(SIGSEGV, save_input);
+  for (const std::string& input : inputs) {
+    current = &input;
+    LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(input.data()), input.size());
+  }
   static const char* tokens[] = {"|", "|a ", "|b ", "|c ", "|#", ":", "\n", " ", "\t", "\r", "1e308", "-", ".",
                                  "3.5", "99999999999999999999", "0", "\xef\xbb\xbf", "\xff\xfe", "e", "|a", "\0"};
   std::mt19937_64 rng(seed);
@@ -60,6 +90,7 @@ int main(int argc, char** argv) {
         }
       }
     }
+    current = &data;
     LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(data.data()), data.size());
     ++runs;
   }

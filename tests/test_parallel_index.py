@@ -73,3 +73,16 @@ def test_a_large_file_is_split_and_indexed_the_same(tmp_path):
     one, two = index(path, 1, chunk=5000), index(path, 2, chunk=5000)
     same(one, two)
     assert len(one["offsets"]) == 3000 and len(one["chunk_starts"]) > 3
+
+
+def test_errors_before_a_fatal_error_in_the_second_half_are_kept(tmp_path):
+    """Found by the fuzz target: when the part after the split ended in a fatal error, the errors the first
+    part had counted (a sequence missing an input) were lost, so the error reported first depended on whether
+    the file was big enough to be indexed in two halves."""
+    path = tmp_path / "fatal.ctf"
+    valid = b"".join(b"%d |a 5 6 |b 2:1\n" % k for k in range(3, 20))
+    path.write_bytes(b"0 |a 1 2\n1 |a 3 4\n2 |b 1:1\n" + valid + b"99999999999999999999 |a 1 2 |b 1:1\n")
+    one, two = index(path, 1), index(path, 2)
+    assert one["fatal"] and len(one["errors"]["offset"]) == 3
+    for key in ("fatal", "fatal_offset", "fatal_line", "errors", "error_keys"):  # the rest is moot after a fatal error
+        same({key: one[key]}, {key: two[key]})

@@ -198,10 +198,13 @@ class Indexer {
   IndexResult merge(Indexer& tail) {
     const int64_t base_line = next_line;
     auto shift = [base_line](int64_t v) { return v + base_line; };
-    if (!tail.result_.fatal.empty()) {
+    if (!tail.result_.fatal.empty()) {  // the fatal error, after this part's errors and the tail's before it
+      append_errors(tail, base_line);
       IndexResult failed = std::move(tail.result_);
       failed.fatal_line += base_line;
       failed.begin = result_.begin;
+      failed.errors = std::move(result_.errors);
+      failed.error_keys = std::move(result_.error_keys);
       return failed;
     }
     for (int64_t i = 0; i < static_cast<int64_t>(tail.offsets_.size()); ++i) {
@@ -231,13 +234,7 @@ class Indexer {
         result_.key_offsets.push_back(tail.result_.key_offsets[i] + blob);
     }
     result_.chunk_starts.push_back(static_cast<int64_t>(total));
-    for (ErrorRecord e : tail.result_.errors) {
-      e.line += base_line;
-      result_.errors.push_back(e);
-    }
-    for (const std::string& key : tail.result_.error_keys) {  // line mode: the key is the (shifted) line
-      result_.error_keys.push_back(result_.mode == IdMode::line ? std::to_string(std::stoll(key) + base_line) : key);
-    }
+    append_errors(tail, base_line);
     result_.dropped_lines += tail.result_.dropped_lines;
     result_.dropped_sequences += tail.result_.dropped_sequences;
     result_.total_lines += tail.result_.total_lines;
@@ -246,6 +243,17 @@ class Indexer {
     result_.key_blob.shrink_to_fit();
     result_.key_offsets.shrink_to_fit();
     return std::move(result_);
+  }
+
+  // Appends the tail's errors to this part's, their lines shifted by the lines of this part.
+  void append_errors(const Indexer& tail, int64_t base_line) {
+    for (ErrorRecord e : tail.result_.errors) {
+      e.line += base_line;
+      result_.errors.push_back(e);
+    }
+    for (const std::string& key : tail.result_.error_keys) {  // line mode: the key is the (shifted) line
+      result_.error_keys.push_back(result_.mode == IdMode::line ? std::to_string(std::stoll(key) + base_line) : key);
+    }
   }
 
   int64_t next_line = 0;  // line number after the last line scanned
