@@ -187,127 +187,184 @@ std::vector<uint32_t> read_lengths(int fd, const Header& h) {
   return lengths;
 }
 
+namespace {
+
+// Reads bytes [begin, end) of a file front to back: small fields through a buffer each thread keeps (in
+// cache, refilled with pread), payloads of `kDirect` bytes or more straight into their destination.
+class ChunkReader {
+ public:
+  static constexpr int64_t kBuffer = int64_t{1} << 20;
+  static constexpr int64_t kDirect = int64_t{64} << 10;
+
+  ChunkReader(int fd, int64_t begin, int64_t end, int64_t chunk) : fd_(fd), next_(begin), end_(end), chunk(chunk) {
+    thread_local std::unique_ptr<char[]> buffer(new char[kBuffer]);
+    buffer_ = buffer.get();
+  }
+
+  template <class T>
+  T take(const char* what) {
+    T value;
+    read(reinterpret_cast<char*>(&value), sizeof(T), what);
+    return value;
+  }
+
+  // Copies the next `bytes` bytes into `out`.
+  void read(char* out, int64_t bytes, const char* what) {
+    if (bytes < 0 || bytes > remaining()) throw error(std::string("the data ends inside ") + what);
+    const int64_t buffered = std::min(bytes, filled_ - at_);
+    std::memcpy(out, buffer_ + at_, static_cast<size_t>(buffered));
+    at_ += buffered;
+    out += buffered;
+    bytes -= buffered;
+    if (bytes == 0) return;
+    if (bytes >= kDirect) {  // the buffer is empty here: read the payload where it goes
+      read_or_fail(fd_, next_, bytes, out, "chunk", chunk);
+      next_ += bytes;
+      return;
+    }
+    refill();
+    std::memcpy(out, buffer_, static_cast<size_t>(bytes));
+    at_ = bytes;
+  }
+
+  int64_t offset() const { return next_ - (filled_ - at_); }
+  int64_t remaining() const { return end_ - offset(); }
+  CbfError error(const std::string& what) const { return CbfError(what, offset(), chunk, sequence, stream); }
+
+  int64_t sequence = -1;
+  int32_t stream = -1;
+
+ private:
+  void refill() {
+    const int64_t bytes = std::min(kBuffer, end_ - next_);
+    read_or_fail(fd_, next_, bytes, buffer_, "chunk", chunk);
+    next_ += bytes;
+    filled_ = bytes;
+    at_ = 0;
+  }
+
+  int fd_;
+  char* buffer_ = nullptr;
+  int64_t next_, end_;         // file offset of the next byte not yet buffered, end of the chunk
+  int64_t filled_ = 0, at_ = 0;  // bytes in the buffer, bytes of it consumed
+ public:
+  const int64_t chunk;
+};
+
+// Sorts the entries of one sparse sample by index (with their values): writers must sort, some did not.
+void sort_sample(int32_t* indices, char* values, int32_t count, int64_t item) {
+  std::vector<std::pair<int32_t, int32_t>> order(static_cast<size_t>(count));
+  for (int32_t e = 0; e < count; ++e) order[e] = {indices[e], e};
+  std::stable_sort(order.begin(), order.end());
+  std::vector<char> copy(values, values + count * item);
+  for (int32_t e = 0; e < count; ++e) {
+    indices[e] = order[e].first;
+    std::memcpy(values + e * item, copy.data() + order[e].second * item, static_cast<size_t>(item));
+  }
+}
+
+}  // namespace
+
 std::vector<Column> decode_chunk(int fd, const Header& h, int64_t chunk) {
   if (chunk < 0 || chunk >= static_cast<int64_t>(h.chunk_sequences.size())) throw std::out_of_range("chunk out of range");
   const int64_t begin = h.chunk_offsets[chunk], end = h.chunk_offsets[chunk + 1];
-  // The chunk's bytes, in a buffer each thread keeps for its next chunks (its pages stay mapped: no page
-  // faults on every chunk); a buffer far larger than this chunk is given back.
-  thread_local std::vector<char> buffer;
-  const size_t bytes = static_cast<size_t>(end - begin);
-  if (buffer.size() < bytes || buffer.size() > 4 * bytes + (size_t{64} << 20)) buffer = std::vector<char>(bytes);
-  read_or_fail(fd, begin, end - begin, buffer.data(), "chunk", chunk);
-  Bytes b(buffer.data(), end - begin, begin);
-  b.chunk = chunk;
+  ChunkReader r(fd, begin, end, chunk);
   const int64_t sequences = h.chunk_sequences[chunk];
+  const int64_t max_samples = h.chunk_samples[chunk];  // every stream has at most the chunk's samples
   std::vector<uint32_t> lengths(static_cast<size_t>(sequences));
-  std::memcpy(lengths.data(), b.need(sequences * 4, "the sequence lengths"), static_cast<size_t>(sequences) * 4);
+  r.read(reinterpret_cast<char*>(lengths.data()), sequences * 4, "the sequence lengths");
   std::vector<Column> columns(h.streams.size());
   for (size_t s = 0; s < h.streams.size(); ++s) {
     const Stream& stream = h.streams[s];
     const int64_t item = itemsize(stream), dim = stream.dim;
     Column& col = columns[s];
-    b.stream = static_cast<int32_t>(s);
-    // Pass 1: every sequence's counts and where its arrays are, bounds-checked; pass 2: one copy into
-    // arrays sized exactly.
-    struct Piece {
-      uint32_t samples;
-      int32_t nnz;
-      const char* values;
-      const char* indices;
-      const char* counts;
-      int64_t indices_at, counts_at;
-    };
-    std::vector<Piece> pieces(static_cast<size_t>(sequences));
-    int64_t total_samples = 0, total_nnz = 0;
-    for (int64_t q = 0; q < sequences; ++q) {
-      b.sequence = q;
-      Piece& p = pieces[q];
-      p.samples = b.take<uint32_t>("a sequence's sample count");
-      if (p.samples > lengths[q]) {
-        throw b.error("stream '" + stream.name + "' has " + std::to_string(p.samples) + " samples in a sequence of length " +
-                      std::to_string(lengths[q]));
-      }
-      total_samples += p.samples;
-      if (!stream.sparse) {
-        p.values = b.need(static_cast<int64_t>(p.samples) * dim * item, "a sequence's dense values");
-        continue;
-      }
-      p.nnz = b.take<int32_t>("a sequence's non-zero count");
-      if (p.nnz < 0) throw b.error("negative non-zero count " + std::to_string(p.nnz));
-      p.values = b.need(static_cast<int64_t>(p.nnz) * item, "a sequence's sparse values");
-      p.indices_at = b.offset();
-      p.indices = b.need(static_cast<int64_t>(p.nnz) * 4, "a sequence's sparse indices");
-      p.counts_at = b.offset();
-      p.counts = b.need(static_cast<int64_t>(p.samples) * 4, "a sequence's non-zeros per sample");
-      total_nnz += p.nnz;
-    }
+    r.stream = static_cast<int32_t>(s);
     col.seq_offsets.resize(static_cast<size_t>(sequences) + 1);
     col.seq_offsets[0] = 0;
-    for (int64_t q = 0; q < sequences; ++q) col.seq_offsets[q + 1] = col.seq_offsets[q] + pieces[q].samples;
-    if (!stream.sparse) {
-      col.values.resize(static_cast<size_t>(total_samples * dim * item));
-      char* out = col.values.data();
-      for (const Piece& p : pieces) {
-        const size_t bytes = static_cast<size_t>(p.samples) * static_cast<size_t>(dim * item);
-        std::memcpy(out, p.values, bytes);
-        out += bytes;
-      }
-      continue;
+    // Output arrays sized for the most the chunk can hold (pages never written are never touched).
+    if (stream.sparse) {
+      const int64_t max_nnz = r.remaining() / (item + 4);
+      col.values.resize(static_cast<size_t>(max_nnz * item));
+      col.indices.resize(static_cast<size_t>(max_nnz));
+      col.indptr.resize(static_cast<size_t>(max_samples) + 1);
+      col.indptr[0] = 0;
+    } else {
+      const int64_t fit = std::min(max_samples, r.remaining() / (dim * item));  // what the bytes can hold
+      col.values.resize(static_cast<size_t>(fit * dim * item));
     }
-    col.values.resize(static_cast<size_t>(total_nnz * item));
-    col.indices.resize(static_cast<size_t>(total_nnz));
-    col.indptr.resize(static_cast<size_t>(total_samples) + 1);
-    col.indptr[0] = 0;
-    int64_t value_at = 0, sample_at = 0;
+    int64_t samples_at = 0, values_at = 0;
     for (int64_t q = 0; q < sequences; ++q) {
-      const Piece& p = pieces[q];
-      std::memcpy(col.values.data() + value_at * item, p.values, static_cast<size_t>(p.nnz) * item);
-      std::memcpy(col.indices.data() + value_at, p.indices, static_cast<size_t>(p.nnz) * 4);
+      r.sequence = q;
+      const uint32_t samples = r.take<uint32_t>("a sequence's sample count");
+      if (samples > lengths[q]) {
+        throw r.error("stream '" + stream.name + "' has " + std::to_string(samples) + " samples in a sequence of length " +
+                      std::to_string(lengths[q]));
+      }
+      col.seq_offsets[q + 1] = col.seq_offsets[q] + samples;
+      if (!stream.sparse) {
+        const int64_t bytes = static_cast<int64_t>(samples) * dim * item;
+        if (bytes > r.remaining()) throw r.error("the data ends inside a sequence's dense values");
+        r.read(col.values.data() + samples_at * dim * item, bytes, "a sequence's dense values");
+        samples_at += samples;
+        continue;
+      }
+      const int32_t nnz = r.take<int32_t>("a sequence's non-zero count");
+      if (nnz < 0) throw r.error("negative non-zero count " + std::to_string(nnz));
+      if (static_cast<int64_t>(nnz) * (item + 4) + static_cast<int64_t>(samples) * 4 > r.remaining())
+        throw r.error("the data ends inside a sequence's sparse values");
+      r.read(col.values.data() + values_at * item, static_cast<int64_t>(nnz) * item, "a sequence's sparse values");
+      const int64_t indices_at = r.offset();
+      int32_t* indices = col.indices.data() + values_at;
+      r.read(reinterpret_cast<char*>(indices), static_cast<int64_t>(nnz) * 4, "a sequence's sparse indices");
+      const int64_t counts_at = r.offset();
+      // The non-zeros per sample go into indptr (as counts first, then summed in place).
+      int64_t* counts = col.indptr.data() + samples_at + 1;
+      thread_local std::vector<int32_t> per_sample;
+      per_sample.resize(samples);
+      r.read(reinterpret_cast<char*>(per_sample.data()), static_cast<int64_t>(samples) * 4,
+             "a sequence's non-zeros per sample");
       int64_t used = 0;
-      for (uint32_t k = 0; k < p.samples; ++k) {
-        int32_t count;
-        std::memcpy(&count, p.counts + static_cast<size_t>(k) * 4, 4);
-        if (count < 0 || count > p.nnz - used) {
-          throw CbfError("the non-zeros per sample of stream '" + stream.name + "' do not add up to " + std::to_string(p.nnz),
-                         p.counts_at + k * 4, chunk, q, static_cast<int32_t>(s));
+      for (uint32_t k = 0; k < samples; ++k) {
+        const int32_t count = per_sample[k];
+        if (count < 0 || count > nnz - used) {
+          throw CbfError("the non-zeros per sample of stream '" + stream.name + "' do not add up to " + std::to_string(nnz),
+                         counts_at + k * 4, chunk, q, static_cast<int32_t>(s));
         }
-        int32_t* row = col.indices.data() + value_at + used;
+        int32_t* row = indices + used;
         bool sorted = true;
         for (int32_t e = 0; e < count; ++e) {
           if (row[e] < 0 || static_cast<uint32_t>(row[e]) >= stream.dim) {
             throw CbfError("sparse index " + std::to_string(row[e]) + " of stream '" + stream.name + "' is outside [0, " +
                                std::to_string(stream.dim) + ")",
-                           p.indices_at + (used + e) * 4, chunk, q, static_cast<int32_t>(s));
+                           indices_at + (used + e) * 4, chunk, q, static_cast<int32_t>(s));
           }
           sorted = sorted && (e == 0 || row[e - 1] <= row[e]);
         }
-        if (!sorted) {  // writers must sort; sort the entries of the sample (with their values) if one did not
-          std::vector<std::pair<int32_t, int32_t>> order(static_cast<size_t>(count));
-          for (int32_t e = 0; e < count; ++e) order[e] = {row[e], e};
-          std::stable_sort(order.begin(), order.end());
-          char* vals = col.values.data() + (value_at + used) * item;
-          std::vector<char> copy(vals, vals + count * item);
-          for (int32_t e = 0; e < count; ++e) {
-            row[e] = order[e].first;
-            std::memcpy(vals + e * item, copy.data() + order[e].second * item, static_cast<size_t>(item));
-          }
-        }
+        if (!sorted) sort_sample(row, col.values.data() + (values_at + used) * item, count, item);
         used += count;
-        col.indptr[++sample_at] = value_at + used;
+        counts[k] = values_at + used;
       }
-      if (used != p.nnz) {
+      if (used != nnz) {
         throw CbfError("the non-zeros per sample of stream '" + stream.name + "' add up to " + std::to_string(used) +
-                           ", the sequence says " + std::to_string(p.nnz),
-                       p.counts_at, chunk, q, static_cast<int32_t>(s));
+                           ", the sequence says " + std::to_string(nnz),
+                       counts_at, chunk, q, static_cast<int32_t>(s));
       }
-      value_at += p.nnz;
+      values_at += nnz;
+      samples_at += samples;
     }
-    b.sequence = -1;
+    r.sequence = -1;
+    if (stream.sparse) {
+      col.values.resize(static_cast<size_t>(values_at * item));
+      col.indices.resize(static_cast<size_t>(values_at));
+      col.indptr.resize(static_cast<size_t>(samples_at) + 1);
+    } else {
+      col.values.resize(static_cast<size_t>(samples_at * dim * item));
+    }
   }
-  b.stream = -1;
+  r.stream = -1;
   // The last chunk runs to the header; any other must end exactly where the next one starts.
-  if (chunk + 1 < static_cast<int64_t>(h.chunk_sequences.size()) && b.remaining() != 0)
-    throw b.error(std::to_string(b.remaining()) + " bytes between the chunk's data and the next chunk");
+  if (chunk + 1 < static_cast<int64_t>(h.chunk_sequences.size()) && r.remaining() != 0)
+    throw r.error(std::to_string(r.remaining()) + " bytes between the chunk's data and the next chunk");
   return columns;
 }
 

@@ -4,8 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <new>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace cntkio::cbf {
@@ -42,14 +45,39 @@ Header read_header(int fd, int64_t size);
 // Every sequence's length (the seqLength tables of all chunks), checked against the chunk table.
 std::vector<uint32_t> read_lengths(int fd, const Header& header);
 
-struct Column {  // one stream of a decoded chunk
-  std::vector<char> values;         // dense: samples x dim values; sparse: nnz values
-  std::vector<int32_t> indices;     // sparse: one per value, sorted within each sample
-  std::vector<int64_t> indptr;      // sparse: samples + 1
-  std::vector<int64_t> seq_offsets; // sequences + 1 sample offsets
+// An allocator that leaves new elements uninitialised: output arrays are written once, by the decoder,
+// so zero-filling them first would be a wasted pass over memory (and their unused tail is never touched).
+template <class T>
+struct NoInit : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = NoInit<U>;
+  };
+  NoInit() = default;
+  template <class U>
+  NoInit(const NoInit<U>&) noexcept {}
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
 };
 
-// Decodes chunk `chunk` (its bytes read with pread): one column per stream.
+template <class T>
+using Buffer = std::vector<T, NoInit<T>>;
+
+struct Column {  // one stream of a decoded chunk
+  Buffer<char> values;          // dense: samples x dim values; sparse: nnz values
+  Buffer<int32_t> indices;      // sparse: one per value, sorted within each sample
+  Buffer<int64_t> indptr;       // sparse: samples + 1
+  Buffer<int64_t> seq_offsets;  // sequences + 1 sample offsets
+};
+
+// Decodes chunk `chunk`, reading its bytes front to back with pread through a small buffer that stays in
+// cache (large payloads go straight into their output arrays): one column per stream.
 std::vector<Column> decode_chunk(int fd, const Header& header, int64_t chunk);
 
 // Appends the blocks of sequences [first, last) of one stream to `out` (CBF chunk layout, section 3).

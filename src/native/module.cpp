@@ -34,18 +34,19 @@ using FlagArray = nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::devi
 using AliasSpec = std::tuple<std::string, bool, uint64_t>;
 
 // Moves a vector into a NumPy array that owns it (no copy).
-template <class T>
-nb::ndarray<nb::numpy, T> to_numpy(std::vector<T>&& values, std::vector<size_t> shape = {}) {
-  auto* owned = new std::vector<T>(std::move(values));
-  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+template <class T, class A = std::allocator<T>>
+nb::ndarray<nb::numpy, T> to_numpy(std::vector<T, A>&& values, std::vector<size_t> shape = {}) {
+  auto* owned = new std::vector<T, A>(std::move(values));
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<T, A>*>(p); });
   if (shape.empty()) shape = {owned->size()};
   return nb::ndarray<nb::numpy, T>(owned->data(), shape.size(), shape.data(), owner);
 }
 
 // Moves a byte vector into a NumPy array of the given element type and shape.
-nb::ndarray<nb::numpy> bytes_to_numpy(std::vector<char>&& bytes, nb::dlpack::dtype dtype, std::vector<size_t> shape) {
-  auto* owned = new std::vector<char>(std::move(bytes));
-  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<char>*>(p); });
+template <class A = std::allocator<char>>
+nb::ndarray<nb::numpy> bytes_to_numpy(std::vector<char, A>&& bytes, nb::dlpack::dtype dtype, std::vector<size_t> shape) {
+  auto* owned = new std::vector<char, A>(std::move(bytes));
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<char, A>*>(p); });
   return nb::ndarray<nb::numpy>(owned->data(), shape.size(), shape.data(), owner, nullptr, dtype);
 }
 
