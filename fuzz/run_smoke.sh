@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the fuzz targets (CTF parser, CBF reader, minibatch assembly, key join) with AddressSanitizer and
+# Builds the fuzz targets (CTF parser, CBF reader, record framing, minibatch assembly, key join) with AddressSanitizer and
 # UndefinedBehaviorSanitizer and runs them for a short while on the seeds (libFuzzer with clang when available; the standalone driver with g++ otherwise).
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -20,7 +20,8 @@ run() {
   fi
 }
 
-run fuzz_ctf $((seconds / 2)) ctf_fuzz.cpp ../src/native/ctf_index.cpp ../src/native/ctf_parse.cpp
+run fuzz_ctf $((seconds * 2 / 5)) ctf_fuzz.cpp ../src/native/ctf_index.cpp ../src/native/ctf_parse.cpp
 run fuzz_cbf $((seconds / 5)) cbf_fuzz.cpp ../src/native/cbf.cpp
-run fuzz_assemble $((seconds / 6)) assemble_fuzz.cpp ../src/native/assemble.cpp
-run fuzz_keys $((seconds / 6)) keys_fuzz.cpp ../src/native/keys.cpp
+run fuzz_assemble $((seconds / 10)) assemble_fuzz.cpp ../src/native/assemble.cpp
+run fuzz_keys $((seconds / 10)) keys_fuzz.cpp ../src/native/keys.cpp
+run fuzz_records $((seconds / 5)) records_fuzz.cpp ../src/native/records.cpp

@@ -8,6 +8,7 @@ from .deserializer import ChunkIndex, DenseStream, Deserializer, SparseStream
 from .errors import CNTKIOError, ConfigError, FormatError, Location, MaxErrorsExceeded
 from .formats.cbf import CBFDeserializer
 from .formats.ctf import CTFDeserializer
+from .formats.records import RecordDeserializer
 from .join import DeserializerJoin, JoinReport, KeyProblems, LengthMismatch
 from .minibatch import MinibatchData
 from .source import (
@@ -45,6 +46,7 @@ __all__ = [
     "MinibatchSource",
     "MinibatchSourceFromData",
     "Record",
+    "RecordDeserializer",
     "SparseStream",
     "StreamConfiguration",
     "StreamDef",
