@@ -21,8 +21,10 @@ from cntkio import (
     ChunkIndex,
     CNTKIOError,
     CTFDeserializer,
+    DenseStream,
     MinibatchData,
     MinibatchSource,
+    SparseStream,
     StreamDef,
     StreamDefs,
     StreamInformation,
@@ -820,3 +822,32 @@ def test_user_source_super_calls_pass_through():
     source = Shifted()
     assert source.next_minibatch(3)["n"].values[:, 0].tolist() == [100, 101, 102]
     assert source.calls == [(3, 1, 0, None)]
+
+
+class Flat(Filled):
+    """The same data as Filled in sequence mode, given in cntkio's flat form (no Python per sequence)."""
+
+    def get_chunk(self, chunk_id: int) -> dict[str, Any]:
+        ids = range(FIRST[chunk_id], FIRST[chunk_id + 1])
+        lengths = np.array([length_of(s) for s in ids], dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(lengths)])
+        x = np.repeat(np.array([[chunk_id, s] for s in ids], dtype=np.float32), lengths, axis=0)
+        y = y_rows(chunk_id, int(offsets[-1]))
+        return {"x": DenseStream(x, offsets), "y": SparseStream(y.data, y.indices, y.indptr, offsets, DIM)}
+
+
+def test_the_flat_form_reads_like_sequence_mode() -> None:
+    flat = read(MinibatchSource(Flat(), randomization_window_in_chunks=2, max_sweeps=1), 9)
+    lists = read(MinibatchSource(Filled(), randomization_window_in_chunks=2, max_sweeps=1), 9)
+    assert flat == lists and sorted(flat) == expected()
+
+
+def test_the_flat_form_is_checked() -> None:
+    class Short(Flat):
+        def get_chunk(self, chunk_id: int) -> dict[str, Any]:
+            chunk = super().get_chunk(chunk_id)
+            x = chunk["x"]
+            return {**chunk, "x": DenseStream(x.values[:-1], x.seq_offsets)}
+
+    with pytest.raises(UserDataError, match=r"chunk 0, stream 'x'.*values must be"):
+        MinibatchSource(Short(), max_sweeps=1)

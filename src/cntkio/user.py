@@ -174,11 +174,14 @@ def _convert(data: Any, info: StreamInformation, casting: str, where: _Where) ->
 
     Sample mode: an ndarray ``(num_sequences, *shape)`` or a CSR matrix ``(num_sequences, dim)``, one sample per
     sequence. Sequence mode: a list (or tuple) with one ndarray ``(length, *shape)`` or CSR ``(length, dim)`` per
-    sequence. Vectorised except for one look at each list element.
+    sequence (vectorised except for one look at each list element), or, with no Python per sequence, cntkio's
+    flat form: a ``DenseStream(values, seq_offsets)`` or ``SparseStream``.
     """
     shape = info.shape
     if isinstance(data, (list, tuple)):
         return _convert_sequences(list(data), info, casting, where)
+    if isinstance(data, (DenseStream, SparseStream)):
+        return _convert_flat(data, info, casting, where)
     if info.is_sparse:
         if isinstance(data, np.ndarray):
             raise where.error(
@@ -205,6 +208,38 @@ def _convert(data: Any, info: StreamInformation, casting: str, where: _Where) ->
     count = data.shape[0]
     values = data.astype(info.dtype, copy=False)
     return DenseStream(values, np.arange(count + 1, dtype=np.int64)), np.ones(count, dtype=np.int64)
+
+
+def _convert_flat(
+    data: DenseStream | SparseStream, info: StreamInformation, casting: str, where: _Where
+) -> tuple[StreamData, np.ndarray]:
+    """cntkio's flat form (every sample back to back, ``seq_offsets`` splitting them), checked like the others."""
+    seq_offsets = np.asarray(data.seq_offsets)
+    if seq_offsets.ndim != 1 or not len(seq_offsets) or seq_offsets.dtype.kind not in "iu":
+        raise where.error("seq_offsets must be a 1-D integer array of num_sequences + 1 offsets")
+    seq_offsets = seq_offsets.astype(np.int64, copy=False)
+    lengths = np.diff(seq_offsets)
+    if int(seq_offsets[0]) != 0 or (len(lengths) and int(lengths.min()) < 0):
+        raise where.error("seq_offsets must start at 0 and never decrease")
+    samples = int(seq_offsets[-1])
+    if isinstance(data, SparseStream) != info.is_sparse:
+        raise where.error(f"the stream is {info.storage_format}, got a {type(data).__name__}")
+    if isinstance(data, SparseStream):
+        indptr = np.asarray(data.indptr)
+        if indptr.ndim != 1 or len(indptr) != samples + 1:
+            raise where.error(f"indptr must hold one offset per sample plus one ({samples + 1}), got {indptr.shape}")
+        try:
+            matrix = scipy.sparse.csr_matrix(
+                (np.asarray(data.values), np.asarray(data.indices), indptr), shape=(samples, info.shape[0]), copy=False
+            )
+        except ValueError as error:
+            raise where.error(f"malformed CSR arrays: {error}") from None
+        return _sparse_stream(matrix, info, casting, where, seq_offsets), lengths
+    values = np.asarray(data.values)
+    if values.shape[1:] != info.shape or len(values) != samples:
+        raise where.error(f"values must be ({samples}, {', '.join(map(str, info.shape))}), got {values.shape}")
+    _cast(values, info.dtype, casting, where)
+    return DenseStream(values.astype(info.dtype, copy=False), seq_offsets), lengths
 
 
 def _convert_sequences(
