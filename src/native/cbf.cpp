@@ -274,6 +274,8 @@ std::vector<Column> decode_chunk(int fd, const Header& h, int64_t chunk) {
   std::vector<uint32_t> lengths(static_cast<size_t>(sequences));
   r.read(reinterpret_cast<char*>(lengths.data()), sequences * 4, "the sequence lengths");
   std::vector<Column> columns(h.streams.size());
+  thread_local std::vector<int32_t> per_sample_buffer;  // a sparse sequence's non-zeros per sample
+  std::vector<int32_t>& per_sample = per_sample_buffer;
   for (size_t s = 0; s < h.streams.size(); ++s) {
     const Stream& stream = h.streams[s];
     const int64_t item = itemsize(stream), dim = stream.dim;
@@ -319,10 +321,20 @@ std::vector<Column> decode_chunk(int fd, const Header& h, int64_t chunk) {
       const int64_t counts_at = r.offset();
       // The non-zeros per sample go into indptr (as counts first, then summed in place).
       int64_t* counts = col.indptr.data() + samples_at + 1;
-      thread_local std::vector<int32_t> per_sample;
       per_sample.resize(samples);
       r.read(reinterpret_cast<char*>(per_sample.data()), static_cast<int64_t>(samples) * 4,
              "a sequence's non-zeros per sample");
+      // Every index in [0, dim): one branch-free pass (a negative index is a huge unsigned one); the
+      // offending entry is looked for only when there is one.
+      uint32_t largest = 0;
+      for (int32_t e = 0; e < nnz; ++e) largest = std::max(largest, static_cast<uint32_t>(indices[e]));
+      if (nnz > 0 && largest >= stream.dim) {
+        int32_t e = 0;
+        while (static_cast<uint32_t>(indices[e]) < stream.dim) ++e;
+        throw CbfError("sparse index " + std::to_string(indices[e]) + " of stream '" + stream.name + "' is outside [0, " +
+                           std::to_string(stream.dim) + ")",
+                       indices_at + static_cast<int64_t>(e) * 4, chunk, q, static_cast<int32_t>(s));
+      }
       int64_t used = 0;
       for (uint32_t k = 0; k < samples; ++k) {
         const int32_t count = per_sample[k];
@@ -330,17 +342,12 @@ std::vector<Column> decode_chunk(int fd, const Header& h, int64_t chunk) {
           throw CbfError("the non-zeros per sample of stream '" + stream.name + "' do not add up to " + std::to_string(nnz),
                          counts_at + k * 4, chunk, q, static_cast<int32_t>(s));
         }
-        int32_t* row = indices + used;
-        bool sorted = true;
-        for (int32_t e = 0; e < count; ++e) {
-          if (row[e] < 0 || static_cast<uint32_t>(row[e]) >= stream.dim) {
-            throw CbfError("sparse index " + std::to_string(row[e]) + " of stream '" + stream.name + "' is outside [0, " +
-                               std::to_string(stream.dim) + ")",
-                           indices_at + (used + e) * 4, chunk, q, static_cast<int32_t>(s));
-          }
-          sorted = sorted && (e == 0 || row[e - 1] <= row[e]);
+        if (count > 1) {
+          int32_t* row = indices + used;
+          bool sorted = true;
+          for (int32_t e = 1; e < count; ++e) sorted = sorted && row[e - 1] <= row[e];
+          if (!sorted) sort_sample(row, col.values.data() + (values_at + used) * item, count, item);
         }
-        if (!sorted) sort_sample(row, col.values.data() + (values_at + used) * item, count, item);
         used += count;
         counts[k] = values_at + used;
       }
