@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from cntkio import MinibatchSource, StreamDef, StreamDefs
-from cntkio.formats.records import RecordDeserializer
+from cntkio import RecordDeserializer
 
 
 def decode_chunk(lines: list[bytes], dim: int) -> dict[str, Any]:

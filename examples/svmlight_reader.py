@@ -15,7 +15,7 @@ import numpy as np
 import scipy.sparse
 
 from cntkio import MinibatchSource, StreamDef, StreamDefs
-from cntkio.formats.records import RecordDeserializer
+from cntkio import RecordDeserializer
 
 
 def decode_chunk(lines: list[bytes], dim: int) -> dict[str, Any]:
