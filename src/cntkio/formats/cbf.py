@@ -13,7 +13,7 @@ from ..deserializer import ChunkIndex, DenseStream, Deserializer, ParsedChunk, S
 from ..errors import ConfigError, FormatError, Location
 from ..keys import NumericKeys
 from ..streams import StreamInformation, iter_stream_defs
-from .data_file import DataFile, reopen
+from .data_file import DataFile, identities, reopen
 
 PRECISIONS: dict[str, np.dtype[Any]] = {"float": np.dtype(np.float32), "double": np.dtype(np.float64)}
 
@@ -183,10 +183,14 @@ class CBFDeserializer(Deserializer):
     def __del__(self) -> None:
         self.close()
 
+    @property
+    def data_files(self) -> list[DataFile]:
+        return [self.data_file]
+
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickles as its arguments and the file's identity (the copy reopens the file, refusing a changed one)."""
         args, kwargs = self._arguments
-        return (reopen, (CBFDeserializer, args, kwargs, self.data_file.identity[2:]))
+        return (reopen, (CBFDeserializer, args, kwargs, identities(self.data_files)))
 
     def describe(self) -> dict[str, Any]:
         """Summary of the file (for ``cntkio inspect``)."""

@@ -16,7 +16,7 @@ from ..deserializer import ChunkIndex, DenseStream, Deserializer, ParsedChunk, S
 from ..errors import ConfigError, ErrorBudget, FormatError, Location
 from ..keys import KeyColumn, NumericKeys, TextKeys
 from ..streams import StreamInformation, iter_stream_defs
-from .data_file import DataFile, reopen
+from .data_file import DataFile, identities, reopen
 
 logger = logging.getLogger("cntkio")
 
@@ -355,11 +355,15 @@ class CTFDeserializer(Deserializer):
     def __del__(self) -> None:
         self.close()
 
+    @property
+    def data_files(self) -> list[DataFile]:
+        return [self.data_file]
+
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickles as its arguments and the file's identity: the copy opens and indexes the file again, and
         refuses a file that changed meanwhile (other data under the same name)."""
         args, kwargs = self._arguments
-        return (reopen, (CTFDeserializer, args, kwargs, self._identity[2:]))
+        return (reopen, (CTFDeserializer, args, kwargs, identities(self.data_files)))
 
     # --------------------------------------------------------------------------------- errors
     def _report(self, errors: dict[str, np.ndarray], sequence_base: int) -> None:

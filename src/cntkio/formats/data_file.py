@@ -12,12 +12,12 @@ from ..errors import FormatError, Location
 class DataFile:
     """An open regular file: ``fd``, ``size`` and its identity (device, inode, size, modification time).
 
-    FIFOs, devices and directories are refused (data is read by offset); an empty file is an error. A file
-    replaced or deleted while open keeps being read as it was; one rewritten in place is detected by
-    :meth:`check_unchanged`.
+    FIFOs, devices and directories are refused (data is read by offset); an empty file is an error unless
+    ``allow_empty``. A file replaced or deleted while open keeps being read as it was; one rewritten in place is
+    detected by :meth:`check_unchanged`.
     """
 
-    def __init__(self, path: str, kind: str):
+    def __init__(self, path: str, kind: str, *, allow_empty: bool = False):
         self.path = path
         try:
             # O_NONBLOCK: opening a FIFO must not wait for a writer (it is then refused below)
@@ -36,7 +36,7 @@ class DataFile:
                 else "not a regular file"
             )  # fmt: skip
             raise FormatError(f"input is {what}, not a regular file; {kind} is read by offset", Location(path, 0))
-        if info.st_size == 0:
+        if info.st_size == 0 and not allow_empty:
             os.close(fd)
             raise FormatError("input file is empty", Location(path, 0, 1, 1))
         self.fd = fd
@@ -65,14 +65,20 @@ class DataFile:
             self.fd = -1
 
 
-def reopen(cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any], identity: tuple[int, int]) -> Any:
-    """Unpickles a file deserializer: opens (and indexes) the file again, refusing one that changed since it
-    was pickled (other data under the same name)."""
+def identities(files: list[DataFile]) -> list[tuple[int, int]]:
+    """Sizes and modification times of files, as :func:`reopen` checks them."""
+    return [(f.identity[2], f.identity[3]) for f in files]
+
+
+def reopen(cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any], expected: list[tuple[int, int]]) -> Any:
+    """Unpickles a file deserializer (one with ``data_files``): opens (and indexes) its files again, refusing
+    any that changed since it was pickled (other data under the same name)."""
     reader = cls(*args, **kwargs)
-    if reader.data_file.identity[2:] != tuple(identity):
-        reader.close()
-        raise FormatError(
-            "the file changed since the deserializer was pickled; build a new one to read the new contents",
-            Location(reader.data_file.path, 0),
-        )
+    for file, identity in zip(reader.data_files, expected):
+        if (file.identity[2], file.identity[3]) != tuple(identity):
+            reader.close()
+            raise FormatError(
+                "the file changed since the deserializer was pickled; build a new one to read the new contents",
+                Location(file.path, 0),
+            )
     return reader

@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +28,7 @@ from ..errors import ConfigError, ErrorBudget, FormatError, Location
 from ..keys import KeyColumn, NumericKeys
 from ..streams import StreamInformation, iter_stream_defs
 from .ctf import _parse_precision
+from .data_file import DataFile, identities, reopen
 
 logger = logging.getLogger("cntkio")
 
@@ -54,13 +54,6 @@ class _Stream:
 
 
 @dataclass
-class _File:
-    name: str
-    fd: int
-    size: int
-    identity: tuple[int, int, int, int]  # device, inode, size, modification time (ns)
-
-
 @dataclass
 class _Column:
     """One stream of decoded records: dense ``values`` (samples, *shape), or sparse CSR parts (``values``,
@@ -203,10 +196,10 @@ class RecordDeserializer(Deserializer):
         self._header = _HEADER_BYTES[framing]
         self._trailer = _TRAILER_BYTES[framing]
         self._known_bad: dict[int, np.ndarray] = {}  # chunk -> positions of the records found bad in it
-        self._files: list[_File] = []
+        self._files: list[DataFile] = []
         try:
             for path in self.filenames:
-                self._files.append(_open(path))
+                self._files.append(DataFile(path, "record", allow_empty=True))
             self._build_index(sequence_length, key)
         except BaseException:
             self.close()
@@ -254,13 +247,13 @@ class RecordDeserializer(Deserializer):
         self._keys = keys
         self._index = SequenceIndex(self._chunk_starts, lengths, keys)
 
-    def _frame_binary(self, file: _File) -> np.ndarray:
+    def _frame_binary(self, file: DataFile) -> np.ndarray:
         try:
             starts, problem, offset = _native.records_walk(file.fd, 0, file.size, _NATIVE_FRAMING[self.framing])
         except RuntimeError as error:  # an I/O error
-            raise OSError(f"cannot index record file '{file.name}': {error}") from None
+            raise OSError(f"cannot index record file '{file.path}': {error}") from None
         if problem:
-            raise FormatError(f"record {len(starts)} of the file: {problem}", Location(file.name, int(offset)))
+            raise FormatError(f"record {len(starts)} of the file: {problem}", Location(file.path, int(offset)))
         return starts
 
     def _scan(
@@ -308,7 +301,7 @@ class RecordDeserializer(Deserializer):
         return [
             type(self).__name__,
             self.framing,
-            [[os.path.basename(f.name), f.identity[2], f.identity[3]] for f in self._files],
+            [f.fingerprint() for f in self._files],
         ]
 
     @property
@@ -322,7 +315,7 @@ class RecordDeserializer(Deserializer):
         if not 0 <= record < self.num_records:
             raise IndexError(f"record {record} out of range (0..{self.num_records - 1})")
         file = int(np.searchsorted(self._file_first_record, record, side="right")) - 1
-        return self._files[file].name, int(self._starts[record])
+        return self._files[file].path, int(self._starts[record])
 
     def get_chunk(self, chunk_id: int) -> ParsedChunk:
         a, b = self._chunk_range(chunk_id)
@@ -346,7 +339,7 @@ class RecordDeserializer(Deserializer):
                 raise FormatError(
                     f"records {first}..{first + n - 1} of the file (corpus records {a}..{b - 1}) fail to decode "
                     f"together, but none fails alone: {_describe(error)}",
-                    Location(self._files[int(self._chunk_files[chunk_id])].name, int(self._starts[a])),
+                    Location(self._files[int(self._chunk_files[chunk_id])].path, int(self._starts[a])),
                 ) from error
             bad[found] = True
             good = np.flatnonzero(~bad)
@@ -387,8 +380,8 @@ class RecordDeserializer(Deserializer):
         number = int(self._chunk_files[chunk_id])
         file = self._files[number]
         if file.fd < 0:
-            raise ValueError(f"{file.name}: the deserializer is closed")
-        _check_unchanged(file)
+            raise ValueError(f"{file.path}: the deserializer is closed")
+        file.check_unchanged("indexed")
         begin = int(self._starts[a])
         last = b == int(self._file_first_record[number + 1])
         end = file.size if last else int(self._starts[b])
@@ -536,16 +529,14 @@ class RecordDeserializer(Deserializer):
         keys = getattr(self, "_keys", None)
         key = keys[record] if keys is not None else record
         where = f"record {in_file} of the file" + (f" (record {record} of the corpus)" if record != in_file else "")
-        location = Location(self._files[file].name, int(self._starts[record]), line, None, key, stream)
+        location = Location(self._files[file].path, int(self._starts[record]), line, None, key, stream)
         return FormatError(f"{where}: {reason}", location)
 
     # ---------------------------------------------------------------------------------- files
     def close(self) -> None:
         """Closes the files (reading a chunk afterwards raises)."""
         for file in getattr(self, "_files", []):
-            if file.fd >= 0:
-                os.close(file.fd)
-                file.fd = -1
+            file.close()
 
     def __del__(self) -> None:
         self.close()
@@ -554,7 +545,11 @@ class RecordDeserializer(Deserializer):
         """Pickles as its arguments (the decoders must pickle) and the files' identities: the copy opens and
         indexes the files again, and refuses files that changed meanwhile."""
         args, kwargs = self._arguments
-        return (_reopen, (args, kwargs, [f.identity[2:] for f in self._files]))
+        return (reopen, (RecordDeserializer, args, kwargs, identities(self._files)))
+
+    @property
+    def data_files(self) -> list[DataFile]:
+        return list(self._files)
 
     def describe(self) -> dict[str, Any]:
         """Summary of the index."""
@@ -565,18 +560,6 @@ class RecordDeserializer(Deserializer):
             "chunks": self.num_chunks(),
             "samples": int(self._lengths.sum(dtype=np.int64)),
         }
-
-
-def _reopen(args: tuple[Any, ...], kwargs: dict[str, Any], identities: list[tuple[int, int]]) -> RecordDeserializer:
-    reader = RecordDeserializer(*args, **kwargs)
-    for file, identity in zip(reader._files, identities):
-        if file.identity[2:] != tuple(identity):
-            reader.close()
-            raise FormatError(
-                "the file changed since the deserializer was pickled; build a new one to read the new contents",
-                Location(file.name, 0),
-            )
-    return reader
 
 
 # ------------------------------------------------------------------------------------- helpers
@@ -606,43 +589,20 @@ def _streams_from_defs(streams: Any) -> list[_Stream]:
     return result
 
 
-def _open(path: str) -> _File:
-    try:
-        # O_NONBLOCK: opening a FIFO must not wait for a writer (it is then refused below)
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
-    except OSError as e:
-        raise FileNotFoundError(f"cannot open record file '{path}': {e.strerror}") from e
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(fd)
-        raise FormatError("input is not a regular file; records are read by offset", Location(path, 0))
-    return _File(path, fd, info.st_size, (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns))
-
-
-def _check_unchanged(file: _File) -> None:
-    info = os.fstat(file.fd)
-    if (info.st_size, info.st_mtime_ns) != file.identity[2:]:
-        raise FormatError(
-            f"the file changed since it was indexed (size {file.identity[2]} -> {info.st_size} bytes or a new "
-            "modification time); reopen it to read the new contents",
-            Location(file.name, min(info.st_size, file.identity[2])),
-        )
-
-
-def _pread_exact(file: _File, offset: int, size: int) -> bytes:
+def _pread_exact(file: DataFile, offset: int, size: int) -> bytes:
     data = os.pread(file.fd, size, offset)
     while len(data) < size:  # pread may return less than asked (very large reads); the rest follows
         more = os.pread(file.fd, size - len(data), offset + len(data))
         if not more:
             raise FormatError(
                 "the file is shorter than when it was indexed (truncated while being read?)",
-                Location(file.name, offset + len(data)),
+                Location(file.path, offset + len(data)),
             )
         data += more
     return data
 
 
-def _frame_lines(file: _File, header_lines: int, skip_blank: bool, block: int) -> tuple[np.ndarray, np.ndarray]:
+def _frame_lines(file: DataFile, header_lines: int, skip_blank: bool, block: int) -> tuple[np.ndarray, np.ndarray]:
     """Start offsets of the records of a text file, one per line, read in blocks with ``pread`` and framed
     with NumPy (8 bytes a record are kept). Also returns, for every blank line skipped, the number of records
     before it (to give line numbers in messages)."""
@@ -657,7 +617,7 @@ def _frame_lines(file: _File, header_lines: int, skip_blank: bool, block: int) -
         data = os.pread(file.fd, min(block, file.size - position), position)
         if not data:
             raise FormatError(
-                "the file is shorter than its size (truncated while indexed?)", Location(file.name, position)
+                "the file is shorter than its size (truncated while indexed?)", Location(file.path, position)
             )
         array = np.frombuffer(data, dtype=np.uint8)
         newlines = np.flatnonzero(array == 10)
