@@ -115,6 +115,27 @@ class NumericKeys(KeyColumn):
         return 0, values.astype(np.int64, copy=False).view(np.uint64), None
 
 
+class RangeKeys(NumericKeys):
+    """Keys that are consecutive numbers ``first, first + 1, ...`` (CBF's running sequence count): nothing is
+    stored per key; ``values`` is materialised only when asked for (a join)."""
+
+    def __init__(self, first: int, count: int):
+        self.first, self.count = int(first), int(count)
+
+    @property
+    def values(self) -> np.ndarray:  # type: ignore[override]
+        return np.arange(self.first, self.first + self.count, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def take(self, indices: np.ndarray) -> list[Any]:
+        return (np.asarray(indices, dtype=np.int64) + self.first).tolist()  # type: ignore[no-any-return]
+
+    def slice(self, start: int, stop: int) -> RangeKeys:
+        return RangeKeys(self.first + start, max(0, stop - start))
+
+
 class HashedKeys(NumericKeys):
     """Keys kept as CNTK's 64-bit hash of their text (``hashSequenceKeys``): 8 bytes a key whatever the text.
     A column joined with hashed keys is hashed the same way; collisions are not detected (as in CNTK)."""

@@ -11,7 +11,7 @@ from .. import _native
 from ..arrays import narrow_lengths
 from ..deserializer import ChunkIndex, DenseStream, Deserializer, ParsedChunk, SequenceIndex, SparseStream
 from ..errors import ConfigError, FormatError, Location
-from ..keys import NumericKeys
+from ..keys import RangeKeys
 from ..streams import StreamInformation, iter_stream_defs
 from .data_file import DataFile, identities, reopen
 
@@ -117,7 +117,7 @@ class CBFDeserializer(Deserializer):
         starts = np.zeros(len(sequences) + 1, dtype=np.int64)
         np.cumsum(sequences, out=starts[1:])
         lengths = self._file.lengths()
-        return SequenceIndex(starts, narrow_lengths(lengths), NumericKeys(np.arange(len(lengths), dtype=np.int64)))
+        return SequenceIndex(starts, narrow_lengths(lengths), RangeKeys(0, len(lengths)))
 
     # ------------------------------------------------------------------------------- protocol
     def stream_infos(self) -> list[StreamInformation]:
