@@ -34,7 +34,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::vector<uint32_t> lengths = read_lengths(fd, header);
     size_t first = 0;
     for (size_t c = 0; c + 1 < header.chunk_offsets.size(); ++c) {
-      const std::vector<Column> columns = decode_chunk(fd, header, static_cast<int64_t>(c));
+      const std::vector<Column> columns = decode_chunk(fd, header, static_cast<int64_t>(c), lengths.data() + first);
       check(columns.size() == header.streams.size());
       const size_t sequences = header.chunk_sequences[c];
       for (size_t s = 0; s < columns.size(); ++s) {

@@ -162,7 +162,9 @@ def _convert(args: argparse.Namespace) -> int:
         print(f"cntkio convert: {_format_error(e)}", file=sys.stderr)
         return EXIT_INVALID
     except OSError as e:
-        return _fail(f"cannot convert '{path}': {e.strerror or e}", "convert")
+        return _fail(
+            f"cannot convert '{path}' to '{args.output}': '{e.filename or path}': {e.strerror or e}", "convert"
+        )
     except (ConfigError, ImportError) as e:
         return _fail(str(e), "convert")
     described = ", ".join(f"{s.name} ({s.dim} {'sparse' if s.is_sparse else 'dense'})" for s in specs)

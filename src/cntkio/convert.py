@@ -6,6 +6,7 @@ import contextlib
 import os
 import struct
 import sys
+import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -14,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from . import _native
-from .deserializer import Deserializer, SparseStream
+from .arrays import exclusive_cumsum
+from .deserializer import DenseStream, Deserializer, SparseStream
 from .errors import ConfigError
 from .formats.cbf import PRECISIONS
 from .streams import StreamInformation
@@ -36,7 +38,8 @@ def write_cbf(
     Streams keep their names, formats and dimensions; ``precision`` (``'float'``/``'double'``) converts
     every stream, ``None`` keeps each one's own. A chunk is closed once it holds ``chunk_size_in_bytes``
     (after a whole sequence); ``None`` keeps the source's chunks (one CBF chunk per source chunk, so that
-    both read in the same randomized order). A sequence's length is the most samples any of its streams has. The file is
+    both read in the same randomized order). A sequence's length is the most samples any of its streams has.
+    Sequences the source flags as damaged by a counted error (``max_errors``) are left out. The file is
     written under a temporary name and renamed when complete, so an interrupted conversion never leaves
     a partial file at ``path``. ``progress``: a tqdm bar (None: when tqdm is installed and stderr is a
     terminal).
@@ -52,10 +55,15 @@ def write_cbf(
     infos = deserializer.stream_infos()
     dtypes = [_output_dtype(info, precision) for info in infos]
     target = Path(path)
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    if target.is_dir():
+        raise IsADirectoryError(21, "the output is a directory", str(target))
+    if not target.parent.is_dir():
+        raise FileNotFoundError(2, "the output's directory does not exist", str(target.parent))
+    handle, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
+    temporary = Path(name)
     chunks: list[tuple[int, int, int]] = []  # (offset, sequences, samples)
     try:
-        with open(temporary, "wb") as out, _progress_bar(deserializer, progress) as advance:
+        with os.fdopen(handle, "wb") as out, _progress_bar(deserializer, progress) as advance:
             out.write(struct.pack("<QI", MAGIC, 1))
             pending = _PendingChunk(len(infos))
             for columns, lengths, sizes in _parsed_ahead(deserializer, infos, dtypes):
@@ -71,6 +79,8 @@ def write_cbf(
                 advance(1)
             if pending.sequences:
                 chunks.append(pending.flush(out))
+            if not chunks:
+                raise ConfigError(f"{deserializer.source_name}: no sequence to write (a CBF file needs one)")
             _write_header(out, infos, dtypes, chunks)
         os.replace(temporary, target)
     except BaseException:
@@ -112,13 +122,15 @@ def _chunk_columns(
     """A source chunk's columns (as the native encoder takes them), each sequence's length (the most samples
     of any stream) and its encoded size in bytes."""
     data = deserializer.get_chunk(chunk_id)
+    invalid = getattr(data, "invalid", None)
+    keep = None if invalid is None or not np.any(invalid) else ~np.asarray(invalid, dtype=bool)
     columns: list[tuple[Any, ...]] = []
     counts = []
     sizes: np.ndarray | None = None
     for info, dtype in zip(infos, dtypes):
         if info.name not in data:
             raise ConfigError(f"{deserializer.source_name}: chunk {chunk_id} has no stream '{info.name}'")
-        stream = data[info.name]
+        stream = data[info.name] if keep is None else _valid_sequences(data[info.name], keep)
         seq_offsets = np.ascontiguousarray(stream.seq_offsets, dtype=np.int64)
         samples = np.diff(seq_offsets)
         values = np.ascontiguousarray(stream.values, dtype=dtype)
@@ -139,6 +151,21 @@ def _chunk_columns(
         raise ConfigError(f"{deserializer.source_name}: chunk {chunk_id} has a sequence without samples")
     assert sizes is not None
     return columns, lengths.astype(np.uint32), sizes + 4
+
+
+def _valid_sequences(stream: Any, keep: np.ndarray) -> Any:
+    """A stream's data without the sequences ``keep`` leaves out (vectorised)."""
+    lengths: np.ndarray = np.diff(np.asarray(stream.seq_offsets)).astype(np.int64)
+    samples = np.repeat(keep, lengths)
+    seq_offsets = exclusive_cumsum(lengths[keep])
+    if isinstance(stream, SparseStream):
+        indptr = np.asarray(stream.indptr, dtype=np.int64)
+        entries = np.repeat(samples, np.diff(indptr))
+        return SparseStream(
+            np.asarray(stream.values)[entries], np.asarray(stream.indices)[entries],
+            exclusive_cumsum(np.diff(indptr)[samples]), seq_offsets, stream.dim,
+        )  # fmt: skip
+    return DenseStream(np.asarray(stream.values)[samples], seq_offsets)
 
 
 def _fill(sizes: np.ndarray, first: int, room: int) -> int:

@@ -68,6 +68,8 @@ class KeyColumn:
         if all(isinstance(c, NumericKeys) for c in columns):
             numeric = [c for c in columns if isinstance(c, NumericKeys)]
             kind = type(numeric[0]) if all(type(c) is type(numeric[0]) for c in numeric) else NumericKeys
+            if kind is RangeKeys:
+                kind = NumericKeys
             values = _common_integers([c.values for c in numeric])
             if values is not None:
                 return kind(values)
@@ -130,9 +132,14 @@ class RangeKeys(NumericKeys):
         return self.count
 
     def take(self, indices: np.ndarray) -> list[Any]:
-        return (np.asarray(indices, dtype=np.int64) + self.first).tolist()  # type: ignore[no-any-return]
+        rows = np.asarray(indices, dtype=np.int64)
+        rows = np.where(rows < 0, rows + self.count, rows)  # negative indices count from the end, as in a list
+        if len(rows) and (int(rows.min()) < 0 or int(rows.max()) >= self.count):
+            raise IndexError(f"key index out of range (0..{self.count - 1})")
+        return (rows + self.first).tolist()  # type: ignore[no-any-return]
 
     def slice(self, start: int, stop: int) -> RangeKeys:
+        start, stop, _ = slice(start, stop).indices(self.count)
         return RangeKeys(self.first + start, max(0, stop - start))
 
 

@@ -265,7 +265,7 @@ void sort_sample(int32_t* indices, char* values, int32_t count, int64_t item) {
 
 }  // namespace
 
-std::vector<Column> decode_chunk(int fd, const Header& h, int64_t chunk) {
+std::vector<Column> decode_chunk(int fd, const Header& h, int64_t chunk, const uint32_t* checked_lengths) {
   if (chunk < 0 || chunk >= static_cast<int64_t>(h.chunk_sequences.size())) throw std::out_of_range("chunk out of range");
   const int64_t begin = h.chunk_offsets[chunk], end = h.chunk_offsets[chunk + 1];
   ChunkReader r(fd, begin, end, chunk);
@@ -273,6 +273,8 @@ std::vector<Column> decode_chunk(int fd, const Header& h, int64_t chunk) {
   const int64_t max_samples = h.chunk_samples[chunk];  // every stream has at most the chunk's samples
   std::vector<uint32_t> lengths(static_cast<size_t>(sequences));
   r.read(reinterpret_cast<char*>(lengths.data()), sequences * 4, "the sequence lengths");
+  if (std::memcmp(lengths.data(), checked_lengths, static_cast<size_t>(sequences) * 4) != 0)
+    throw CbfError("the chunk's sequence lengths changed since the file was opened (rewritten in place?)", begin, chunk);
   std::vector<Column> columns(h.streams.size());
   thread_local std::vector<int32_t> per_sample_buffer;  // a sparse sequence's non-zeros per sample
   std::vector<int32_t>& per_sample = per_sample_buffer;
@@ -304,12 +306,15 @@ std::vector<Column> decode_chunk(int fd, const Header& h, int64_t chunk) {
       }
       col.seq_offsets[q + 1] = col.seq_offsets[q] + samples;
       if (!stream.sparse) {
+        if (static_cast<int64_t>(samples) > r.remaining() / (dim * item))
+          throw r.error("the data ends inside a sequence's dense values");
         const int64_t bytes = static_cast<int64_t>(samples) * dim * item;
-        if (bytes > r.remaining()) throw r.error("the data ends inside a sequence's dense values");
         r.read(col.values.data() + samples_at * dim * item, bytes, "a sequence's dense values");
         samples_at += samples;
         continue;
       }
+      if (samples_at + static_cast<int64_t>(samples) > max_samples)  // cannot happen with checked lengths
+        throw r.error("more samples than the chunk table allows");
       const int32_t nnz = r.take<int32_t>("a sequence's non-zero count");
       if (nnz < 0) throw r.error("negative non-zero count " + std::to_string(nnz));
       if (static_cast<int64_t>(nnz) * (item + 4) + static_cast<int64_t>(samples) * 4 > r.remaining())

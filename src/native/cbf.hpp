@@ -78,7 +78,9 @@ struct Column {  // one stream of a decoded chunk
 
 // Decodes chunk `chunk`, reading its bytes front to back with pread through a small buffer that stays in
 // cache (large payloads go straight into their output arrays): one column per stream.
-std::vector<Column> decode_chunk(int fd, const Header& header, int64_t chunk);
+// `lengths` are the chunk's sequence lengths as read_lengths checked them: the chunk's own table must still say
+// the same (a file rewritten in place is an error, never a write beyond the arrays sized from them).
+std::vector<Column> decode_chunk(int fd, const Header& header, int64_t chunk, const uint32_t* lengths);
 
 // Appends the blocks of sequences [first, last) of one stream to `out` (CBF chunk layout, section 3).
 // Dense: values are samples x dim items of `itemsize` bytes; sparse: CSR arrays (indices sorted per sample).

@@ -542,6 +542,8 @@ class CbfFile {
       try {
         header_ = cbf::read_header(fd, size);
         lengths_ = cbf::read_lengths(fd, header_);
+        first_sequence_.assign(1, 0);
+        for (const uint32_t n : header_.chunk_sequences) first_sequence_.push_back(first_sequence_.back() + n);
       } catch (const cbf::CbfError& e) {
         failure = e;
       }
@@ -573,7 +575,7 @@ class CbfFile {
     {
       nb::gil_scoped_release release;
       try {
-        columns = cbf::decode_chunk(fd_, header_, chunk);
+        columns = cbf::decode_chunk(fd_, header_, chunk, lengths_.data() + first_sequence_[chunk]);
       } catch (const cbf::CbfError& e) {
         failure = e;
       } catch (const std::runtime_error& e) {
@@ -605,6 +607,7 @@ class CbfFile {
   int fd_;
   cbf::Header header_;
   std::vector<uint32_t> lengths_;
+  std::vector<int64_t> first_sequence_;  // of each chunk, in lengths_
 };
 
 // The CBF blocks of sequences [first, last) of every stream of a chunk: per stream

@@ -85,6 +85,8 @@ class CBFDeserializer(Deserializer):
                     f"{self.filename}: no stream '{field}' in the file (it has {', '.join(sorted(by_field))})"
                 )
             number = by_field[field]
+            if number in renamed:
+                raise ConfigError(f"{self.filename}: streams '{renamed[number]}' and '{name}' both read '{field}'")
             _, sparse, _, dim = stored[number]
             if definition.shape is not None and definition.dim() != dim:
                 raise ConfigError(f"{self.filename}: stream '{field}' has dimension {dim}, not {definition.shape}")
