@@ -25,3 +25,4 @@ run fuzz_cbf $((seconds / 5)) cbf_fuzz.cpp ../src/native/cbf.cpp
 run fuzz_assemble $((seconds / 10)) assemble_fuzz.cpp ../src/native/assemble.cpp
 run fuzz_keys $((seconds / 10)) keys_fuzz.cpp ../src/native/keys.cpp
 run fuzz_records $((seconds / 5)) records_fuzz.cpp ../src/native/records.cpp
+run fuzz_mlf $((seconds / 10)) mlf_fuzz.cpp ../src/native/mlf.cpp

@@ -1,0 +1,329 @@
+"""The native MLF parser and state lists (spec/htk-and-mlf.md §2.1, §2.2)."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cntkio import _native
+from cntkio.errors import ConfigError, FormatError
+from cntkio.formats.mlf import MlfIndex, parse_mlf, read_state_list
+
+STATES = ["s1", "s2", "sil", "a", "b"]
+
+SPEC_EXAMPLE = """#!MLF!#
+"*/spk1_utt7.lab"
+0 1200000 s1
+1200000 2500000 s2
+2500000 2600000 sil
+.
+"other/path/utt8.rec"
+0 3 s1
+3 5 a
+.
+"""
+
+
+def write(tmp_path: Path, text: str | bytes, name: str = "labels.mlf") -> str:
+    path = tmp_path / name
+    if isinstance(text, str):
+        text = text.encode("utf-8")
+    path.write_bytes(text)
+    return str(path)
+
+
+def entries(index: MlfIndex) -> dict[str, list[tuple[int, int]]]:
+    """key -> [(state, count)]"""
+    keys = index.keys.take(np.arange(len(index)))
+    out = {}
+    for i, key in enumerate(keys):
+        states, counts = index.runs(i)
+        out[key] = list(zip(states.tolist(), counts.tolist()))
+    return out
+
+
+def test_spec_example(tmp_path):
+    index = parse_mlf(write(tmp_path, SPEC_EXAMPLE), STATES, 5)
+    assert entries(index) == {"spk1_utt7": [(0, 12), (1, 13), (2, 1)], "other/path/utt8": [(0, 3), (3, 2)]}
+    assert index.lengths.tolist() == [26, 5]
+    assert index.run_states.dtype == np.uint16 and index.run_counts.dtype == np.uint32
+    assert index.run_offsets.tolist() == [0, 3, 5]
+    assert index.first_frames().tolist() == [0, 12, 25, 0, 3]
+    assert not index.invalid and index.duplicates == 0
+
+
+def test_units_decided_per_line_and_rounding(tmp_path):
+    text = (
+        "#!MLF!#\n"
+        '"u.lab"\n'
+        "0 149999 s1\n"  # 100 ns: 0 .. round(1.49999) = 1
+        "1 2 s2\n"  # frames
+        "150000 350000 a\n"  # 100 ns: round(1.5) = 2 .. round(3.5) = 4
+        "4 100004 b\n"  # 100004 - 4 >= 99999: 100 ns, 0 .. 1: not contiguous (the last ended at 4)
+        ".\n"
+        '"v.lab"\n'
+        "0 99998 s1\n"  # 99998 < 99999: frame indices 0 .. 99998
+        "99998 100000 s2\n"  # frames again
+        ".\n"
+        '"w.lab"\n'
+        "0.0 2.9 s1\n"  # frames, truncated
+        "2 250000.0 s2\n"  # 100 ns: 0 .. round(2.5) = 3; starts at frame 0, not 2: invalid
+        ".\n"
+    )
+    index = parse_mlf(write(tmp_path, text), STATES, 5)
+    assert entries(index) == {"v": [(0, 99998), (1, 2)]}
+    reasons = {e.key: (e.line, e.reason) for e in index.invalid}
+    assert reasons["u"][0] == 6 and "not contiguous" in reasons["u"][1]
+    assert reasons["w"][0] == 14 and "not contiguous" in reasons["w"][1]
+
+
+def test_rounding_and_zero_length_lines(tmp_path):
+    text = "#!MLF!#\n" + '"u.lab"\n0 149999 s1\n149999 350000 s2\n4 4 a\n350000 449999 b\n.\n'
+    index = parse_mlf(write(tmp_path, text), STATES, 5)
+    # 0..1, 1..4, a zero-frame line (no run), 4..4 (rounded: 0 frames, no run)
+    assert entries(index) == {"u": [(0, 1), (1, 3)]}
+    assert index.lengths.tolist() == [4]
+
+
+def test_crlf_blank_lines_and_concatenated(tmp_path):
+    text = SPEC_EXAMPLE.replace("\n", "\r\n\r\n  \r\n") + "#!MLF!#\r\n\r\n" + '"third.lab"  \t\r\n0 4 b\r\n.\r\n'
+    index = parse_mlf(write(tmp_path, text), STATES, 5)
+    assert entries(index) == {
+        "spk1_utt7": [(0, 12), (1, 13), (2, 1)],
+        "other/path/utt8": [(0, 3), (3, 2)],
+        "third": [(4, 4)],
+    }
+
+
+def test_keys_star_extension_directories_colons(tmp_path):
+    text = (
+        "#!MLF!#\n"
+        '"*/a/b/c.lab"\n0 1 s1\n.\n'
+        '"a.b/c"\n0 1 s1\n.\n'  # everything from the last '.' on goes, even across a '/'
+        '"C:/data/x.y/utt9.rec"\n0 1 s1\n.\n'
+        '"noext"\n0 1 s1\n.\n'
+        '"d/e.f.lab"\n0 1 s1\n.\n'
+        '"*/x"\n0 1 s1\n.\n'
+    )
+    index = parse_mlf(write(tmp_path, text), STATES, 5)
+    assert list(entries(index)) == ["a/b/c", "a", "C:/data/x.y/utt9", "noext", "d/e.f", "x"]
+
+
+def test_class_id_form_without_state_list(tmp_path):
+    text = '#!MLF!#\n"u.lab"\n0 2 anything 7\n2 5 other 0\n.\n'
+    index = parse_mlf(write(tmp_path, text), None, 8)
+    assert entries(index) == {"u": [(7, 2), (0, 3)]}
+    with pytest.raises(FormatError, match="exceeds the model output dimension 7") as e:
+        parse_mlf(write(tmp_path, text), None, 7)
+    assert e.value.line == 3 and e.value.column == 14 and e.value.sequence_key == "u"
+    with pytest.raises(FormatError, match="exactly 4 columns") as e:
+        parse_mlf(write(tmp_path, '#!MLF!#\n"u.lab"\n0 2 x 1 extra\n.\n'), None, 8)
+    assert e.value.line == 3
+    with pytest.raises(FormatError, match="exactly 4 columns"):
+        parse_mlf(write(tmp_path, '#!MLF!#\n"u.lab"\n0 2 x\n.\n'), None, 8)
+    with pytest.raises(FormatError, match="not a non-negative integer"):
+        parse_mlf(write(tmp_path, '#!MLF!#\n"u.lab"\n0 2 x 1.5\n.\n'), None, 8)
+
+
+def test_state_list_extra_columns_and_mapping(tmp_path):
+    text = '#!MLF!#\n"u.lab"\n0 100000 sil -3.25 SIL\n100000 300000 s2 -1 word extra\n.\n'
+    index = parse_mlf(write(tmp_path, text), STATES, 5)
+    assert entries(index) == {"u": [(2, 1), (1, 2)]}
+    with pytest.raises(FormatError, match="exceeds the model output dimension 2") as e:
+        parse_mlf(write(tmp_path, text), STATES, 2)
+    assert e.value.line == 3
+
+
+def test_read_state_list(tmp_path):
+    path = tmp_path / "states.list"
+    path.write_bytes(b"s1\r\n\r\ns2\rsil\n\n  \nb")
+    assert read_state_list(path) == ["s1", "s2", "sil", "b"]
+    path.write_bytes(b"s1\ns2\n\ns1\n")
+    with pytest.raises(FormatError, match="duplicate state name 's1'") as e:
+        read_state_list(path)
+    assert e.value.file == str(path) and e.value.line == 4
+    path.write_bytes(b"\n \r\n")
+    with pytest.raises(FormatError, match="empty") as e:
+        read_state_list(path)
+    assert e.value.file == str(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "match", "line", "column"),
+    [
+        ('"u.lab"\n0 1 s1\n.\n', "first non-blank line must be #!MLF!#", 1, 1),
+        ("\n\n  \n", "no #!MLF!# line", 4, 1),
+        ("", "no #!MLF!# line", 1, 1),
+        ('#!MLF!#\n"u.lab"\n0 1  s1\n.\n', "empty column", 3, 5),
+        ('#!MLF!#\n"u.lab"\n0 1 s1 \t\n1  2 s1\n.\n', "empty column", 4, 3),
+        ('#!MLF!#\n"u.lab"\n5 3 s1\n.\n', "end time 3 is before start time 5", 3, 3),
+        ('#!MLF!#\n"u.lab"\n0 x s1\n.\n', "end time 'x' is not a number", 3, 3),
+        ('#!MLF!#\n"u.lab"\n-1 3 s1\n.\n', "negative", 3, 1),
+        ('#!MLF!#\n"u.lab"\n0 3 zz\n.\n', "state 'zz' is not in the state list", 3, 5),
+        ('#!MLF!#\n"u.lab"\n0 3\n.\n', "needs the columns", 3, 1),
+        ('#!MLF!#\n"u.lab"\n0 1 s1\n1 2 b\n.\n', "exceeds the model output dimension 4", 4, 5),
+    ],
+)
+def test_fatal_errors_name_file_line_column(tmp_path, text, match, line, column):
+    path = write(tmp_path, text)
+    with pytest.raises(FormatError, match=match) as e:
+        parse_mlf(path, STATES, 4)
+    assert e.value.file == path and e.value.line == line and e.value.column == column
+    assert f"{path}:{line}:{column}" in str(e.value)
+    if text.startswith("#!MLF!#\n") and line >= 3:
+        assert e.value.sequence_key == "u" and "sequence u" in str(e.value)
+
+
+def test_invalid_entries_are_skipped_and_reported(tmp_path):
+    text = (
+        "#!MLF!#\n"
+        '"good1.lab"\n0 2 s1\n.\n'
+        "unquoted.lab\n0 1 s1\n.\n"  # header not quoted: skipped
+        '"gap.lab"\n0 2 s1\n3 4 s2\n.\n'  # not contiguous
+        '"late.lab"\n1 2 s1\n.\n'  # does not start at 0
+        '"empty.lab"\n.\n'  # no label lines
+        '""\n0 1 s1\n.\n'  # too short
+        '"*/.lab"\n0 1 s1\n.\n'  # empty key
+        ".\n"  # a stray '.'
+        '"unterminated.lab"\n0 1 s1\n'  # the next entry starts before its '.'
+        '"good2.lab"\n0 1 s2\n.\n'
+        '"truncated.lab"\n0 1 s1\n'  # the file ends
+    )
+    path = write(tmp_path, text)
+    index = parse_mlf(path, STATES, 5)
+    assert list(entries(index)) == ["good1", "good2"]
+    found = [(e.key, e.line) for e in index.invalid]
+    assert found == [
+        ("unquoted.lab", 5),
+        ("gap", 10),
+        ("late", 13),
+        ("empty", 15),
+        ('""', 17),
+        ('"*/.lab"', 20),
+        ("", 23),
+        ("unterminated", 24),
+        ("truncated", 29),
+    ]
+    assert all(e.file == path for e in index.invalid)
+    assert "not contiguous" in index.invalid[1].reason and "not 0" in index.invalid[2].reason
+    assert "no label lines" in index.invalid[3].reason and "truncated" in index.invalid[-1].reason
+    report = index.report()
+    assert "9 invalid entries" in report and f"{path}:10" in report
+
+
+def test_fatal_inside_invalid_entry_still_raised(tmp_path):
+    text = '#!MLF!#\n"gap.lab"\n0 2 s1\n3 4 s2\n5 4 s1\n.\n'
+    with pytest.raises(FormatError, match="before start") as e:
+        parse_mlf(write(tmp_path, text), STATES, 5)
+    assert e.value.line == 5
+
+
+def test_dim_limits(tmp_path):
+    path = write(tmp_path, SPEC_EXAMPLE)
+    with pytest.raises(ConfigError, match="65535"):
+        parse_mlf(path, STATES, 65536)
+    with pytest.raises(ConfigError):
+        parse_mlf(path, STATES, 0)
+    assert len(parse_mlf(path, STATES, 65535)) == 2
+
+
+def test_several_files_and_duplicate_keys(tmp_path):
+    first = write(tmp_path, SPEC_EXAMPLE + '"dup.lab"\n0 1 s1\n.\n"dup.x"\n0 9 s2\n.\n', "a.mlf")
+    second = write(
+        tmp_path, '#!MLF!#\n"*/spk1_utt7.rec"\n0 1 b\n.\n"new.lab"\n0 2 a\n1 2 a\n.\n"z.lab"\n0 3 b\n.\n', "b.mlf"
+    )
+    index = parse_mlf([first, second], STATES, 5)
+    assert entries(index) == {
+        "spk1_utt7": [(0, 12), (1, 13), (2, 1)],
+        "other/path/utt8": [(0, 3), (3, 2)],
+        "dup": [(0, 1)],
+        "z": [(4, 3)],
+    }
+    assert index.lengths.tolist() == [26, 5, 1, 3]
+    assert index.run_offsets.tolist() == [0, 3, 5, 6, 7]
+    assert index.duplicates == 2 and index.duplicate_keys == ["dup", "spk1_utt7"]
+    assert [(e.file, e.key, e.line) for e in index.invalid] == [(second, "new", 7)]
+    assert index.files == [first, second]
+    assert "2 duplicate keys" in index.report()
+    with pytest.raises(FormatError) as e:
+        parse_mlf([first, write(tmp_path, '#!MLF!#\n"q.lab"\n0 1 nope\n.\n', "c.mlf")], STATES, 5)
+    assert e.value.file.endswith("c.mlf") and e.value.line == 3
+
+
+def test_long_lines_cross_blocks(tmp_path):
+    extra = " w" * 5000
+    text = "#!MLF!#\n" + "".join(f'"u{i}.lab"\n0 1 s1{extra}\n1 3 s2\n.\n' for i in range(50))
+    path = write(tmp_path, text)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        result = _native.mlf_parse(fd, os.fstat(fd).st_size, STATES, 5, 256)
+    finally:
+        os.close(fd)
+    assert result["fatal"] is None and len(result["lengths"]) == 50
+    assert result["run_counts"].tolist() == [1, 2] * 50
+
+
+def naive_parse(text: str, states: list[str]) -> dict[str, tuple[list[int], list[int]]]:
+    """A plain Python reading of well-formed, valid MLF text: key -> (state ids, counts)."""
+    ids = {s: i for i, s in enumerate(states)}
+    out: dict[str, tuple[list[int], list[int]]] = {}
+    key = None
+    for line in text.splitlines():
+        line = line.rstrip()
+        if not line or line == "#!MLF!#":
+            continue
+        if line.startswith('"'):
+            name = line[1:-1].removeprefix("*/")
+            key = name[: name.rfind(".")] if "." in name else name
+            out[key] = ([], [])
+        elif line == ".":
+            key = None
+        else:
+            assert key is not None
+            cols = line.split(" ")
+            start, end = float(cols[0]), float(cols[1])
+            if end - start >= 99999:
+                first, last = int(start / 100000 + 0.5), int(end / 100000 + 0.5)
+            else:
+                first, last = int(start), int(end)
+            if last > first:
+                out[key][0].append(ids[cols[2]])
+                out[key][1].append(last - first)
+    return out
+
+
+def generate(entries_count: int, lines_per_entry: int, states: list[str], seed: int = 7) -> str:
+    rng = random.Random(seed)
+    parts = ["#!MLF!#\n"]
+    for i in range(entries_count):
+        parts.append(f'"*/spk{i % 97}/utt{i}.lab"\n')
+        t = 0
+        for _ in range(lines_per_entry):
+            d = rng.randint(1, 30)
+            if rng.random() < 0.5:
+                parts.append(f"{t * 100000} {(t + d) * 100000} {states[rng.randrange(len(states))]} -{d}.5\n")
+            else:
+                parts.append(f"{t} {t + d} {states[rng.randrange(len(states))]}\n")
+            t += d
+        parts.append(".\n")
+    return "".join(parts)
+
+
+def test_large_generated_mlf(tmp_path):
+    states = [f"st{i}" for i in range(3000)]
+    text = generate(100_000, 10, states)
+    path = write(tmp_path, text)
+    index = parse_mlf(path, states, len(states))
+    assert len(index) == 100_000 and index.num_runs == 1_000_000 and not index.invalid
+    expected = naive_parse(text, states)
+    keys = index.keys.take(np.arange(len(index)))
+    for i in [0, 1, 777, 50_000, 99_999]:
+        states_i, counts_i = index.runs(i)
+        assert keys[i] == f"spk{i % 97}/utt{i}"
+        assert (states_i.tolist(), counts_i.tolist()) == expected[keys[i]]
+        assert int(index.lengths[i]) == sum(expected[keys[i]][1])
+    assert int(index.lengths.sum()) == int(index.run_counts.sum(dtype=np.int64))
