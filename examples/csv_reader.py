@@ -12,8 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from cntkio import MinibatchSource, StreamDef, StreamDefs
-from cntkio import RecordDeserializer
+from cntkio import MinibatchSource, RecordDeserializer, StreamDef, StreamDefs
 
 
 def decode_chunk(lines: list[bytes], dim: int) -> dict[str, Any]:

@@ -14,8 +14,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse
 
-from cntkio import MinibatchSource, StreamDef, StreamDefs
-from cntkio import RecordDeserializer
+from cntkio import MinibatchSource, RecordDeserializer, StreamDef, StreamDefs
 
 
 def decode_chunk(lines: list[bytes], dim: int) -> dict[str, Any]:

@@ -8,6 +8,8 @@ from .deserializer import ChunkIndex, DenseStream, Deserializer, SparseStream
 from .errors import CNTKIOError, ConfigError, FormatError, Location, MaxErrorsExceeded
 from .formats.cbf import CBFDeserializer
 from .formats.ctf import CTFDeserializer
+from .formats.htk_features import HTKFeatureDeserializer
+from .formats.htk_labels import HTKMLFDeserializer
 from .formats.records import RecordDeserializer
 from .join import DeserializerJoin, JoinReport, KeyProblems, LengthMismatch
 from .minibatch import MinibatchData
@@ -37,6 +39,8 @@ __all__ = [
     "Deserializer",
     "DeserializerJoin",
     "FormatError",
+    "HTKFeatureDeserializer",
+    "HTKMLFDeserializer",
     "JoinReport",
     "KeyProblems",
     "LengthMismatch",

@@ -1,0 +1,287 @@
+"""HTK master label files (MLF) as a deserializer: frame labels as one-hot sparse samples (spec/htk-and-mlf.md §2).
+
+The MLF files are parsed once, natively, into runs of states (:func:`cntkio.formats.mlf.parse_mlf`); only the
+runs are kept (6 bytes a run, about 24 bytes an utterance plus its key). A chunk is expanded to one value per frame
+only when it is parsed, vectorised (``np.repeat``), and dropped with it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import numpy as np
+
+from ..arrays import narrow_lengths
+from ..deserializer import ChunkIndex, Deserializer, SequenceIndex, SparseStream, StreamData
+from ..errors import ConfigError, FormatError, Location
+from ..streams import StreamInformation, iter_stream_defs
+from .mlf import InvalidEntry, MlfIndex, parse_mlf, read_state_list
+
+logger = logging.getLogger("cntkio")
+
+PRECISIONS: dict[str, np.dtype[Any]] = {"float": np.dtype(np.float32), "double": np.dtype(np.float64)}
+
+#: Bytes a parsed frame takes besides its value: an int32 column index and an int64 row pointer.
+_FRAME_OVERHEAD_BYTES = 12
+DEFAULT_CHUNK_SIZE_IN_BYTES = 32 * 1024 * 1024
+"""Default chunk size: 32 MiB of parsed labels, about 2 million frames (5.8 hours at 100 frames/s) in float32."""
+
+
+def _paths(value: Any, what: str) -> list[str]:
+    """One path (a string or path-like, never split on ':') or a list of them."""
+    if isinstance(value, (str, os.PathLike)):
+        return [os.fspath(value)]
+    if isinstance(value, (list, tuple)) and value and all(isinstance(p, (str, os.PathLike)) for p in value):
+        return [os.fspath(p) for p in value]
+    raise ConfigError(f"{what} must be a path or a non-empty list of paths, got {value!r}")
+
+
+def _stat(path: str) -> tuple[int, int]:
+    try:
+        info = os.stat(path)
+    except OSError as e:
+        raise FileNotFoundError(f"cannot open MLF file '{path}': {e.strerror}") from e
+    return info.st_size, info.st_mtime_ns
+
+
+class HTKMLFDeserializer(Deserializer):
+    """Frame labels from HTK master label files (``cntk.io.HTKMLFDeserializer``).
+
+    Args:
+        label_mapping_file: the state list (one state name per line, its id is its position; spec §2.2), or
+            ``None``: then every label line must be ``start end name class_id`` (4 columns) and the class id is
+            used.
+        streams: ``StreamDefs(labels=StreamDef(shape=NUM_STATES, mlf=PATH_OR_LIST))``, exactly one stream
+            (``field`` must be None). ``mlf`` is one path (a string is always one path, ``:`` included — fix
+            #15) or a list of paths, read in order as one MLF. ``shape`` is the label dimension: it must equal
+            the number of states of the state list; without one, class ids must be below it. At most 65535.
+            ``defines_mb_size`` is honoured.
+        phone_boundaries: the first frame of every label segment (every label line) gets the value 2.0 instead
+            of 1.0 (CTC training). CNTK refused it together with frame mode; a deserializer cannot see the
+            packing, so do not combine it with ``MinibatchSource(frame_mode=True)`` (the 2.0 values would come
+            through on isolated frames, where they mean nothing).
+        chunk_size_in_bytes: utterances are grouped, in MLF order, into chunks of about this many bytes of
+            *parsed* labels (per frame: the value, a 4-byte column index and an 8-byte row pointer, so 16
+            bytes in float32); an utterance is never split, so a longer one is a chunk of its own. This is what
+            a chunk costs in memory when the window holds it. Default 32 MiB.
+        precision: ``'float'`` (float32 values) or ``'double'``.
+        trace_level: 0 silent; 1 (default) one warning when entries were skipped or keys duplicated.
+
+    Sequences: one per kept MLF entry, in file order then line order, keyed by the entry's name (``"*/a.lab"``
+    -> ``"a"``, directories kept; spec §2.1), as text keys, so they join with HTK features, CTF/CBF streams or
+    plug-ins keyed by the same utterance names. A sequence's length is its number of label frames (the end of
+    its last label line). Each frame is one sparse sample with one non-zero: its state.
+
+    Entries the parser leaves out (ranges not contiguous or not starting at frame 0, no label lines, an
+    unquoted header, a file ending inside an entry, and entries of zero frames) are skipped, and entries whose
+    key an earlier entry already had are dropped (the first is kept). Both are counted and reported once
+    (``report()``, ``invalid``, ``duplicates``, ``duplicate_keys``; a warning with trace_level >= 1). Fatal
+    problems (a state missing from the state list, a class id >= the dimension, end < start, no ``#!MLF!#``
+    line) raise :class:`~cntkio.FormatError` naming the file, line and utterance.
+
+    CNTK required the MLF deserializer to follow a feature deserializer; here it may also be read alone (the
+    primary of a source), e.g. to inspect labels.
+
+    Example::
+
+        labels = HTKMLFDeserializer("state.list", StreamDefs(labels=StreamDef(shape=132, mlf="train.mlf")))
+        source = MinibatchSource([features, labels], frame_mode=True)
+
+    Pickles as its arguments: the copy parses the MLF files again, refusing files that changed meanwhile.
+    """
+
+    def __init__(
+        self,
+        label_mapping_file: str | os.PathLike[str] | None,
+        streams: Any,
+        phone_boundaries: bool = False,
+        *,
+        chunk_size_in_bytes: int = DEFAULT_CHUNK_SIZE_IN_BYTES,
+        precision: str = "float",
+        trace_level: int = 1,
+    ):
+        self._arguments = (
+            (label_mapping_file, streams, phone_boundaries),
+            {"chunk_size_in_bytes": chunk_size_in_bytes, "precision": precision, "trace_level": trace_level},
+        )
+        definitions = list(iter_stream_defs(streams))
+        if len(definitions) != 1:
+            names = ", ".join(name for name, _ in definitions) or "none"
+            raise ConfigError(f"HTKMLFDeserializer takes exactly one stream, got {len(definitions)} ({names})")
+        name, definition = definitions[0]
+        if definition.field is not None:
+            raise ConfigError(f"HTKMLFDeserializer: stream '{name}' must not set field (got {definition.field!r})")
+        if definition.mlf is None:
+            raise ConfigError(f"HTKMLFDeserializer: stream '{name}' needs mlf=PATH or a list of paths")
+        if definition.shape is None:
+            raise ConfigError(f"HTKMLFDeserializer: stream '{name}' needs shape=NUMBER_OF_STATES")
+        dim = definition.dim()
+        if str(precision).lower() not in PRECISIONS:
+            raise ConfigError(f"precision must be 'float' or 'double', got {precision!r}")
+        dtype = PRECISIONS[str(precision).lower()]
+        if isinstance(chunk_size_in_bytes, bool) or not isinstance(chunk_size_in_bytes, (int, np.integer)):
+            raise ConfigError(f"chunk_size_in_bytes must be a positive integer, got {chunk_size_in_bytes!r}")
+        if chunk_size_in_bytes <= 0:
+            raise ConfigError(f"chunk_size_in_bytes must be a positive integer, got {chunk_size_in_bytes!r}")
+        self.files = _paths(definition.mlf, f"stream '{name}': mlf")
+        self.phone_boundaries = bool(phone_boundaries)
+        self.trace_level = int(trace_level)
+        self.label_mapping_file = None if label_mapping_file is None else os.fspath(label_mapping_file)
+        self._identities = [_stat(path) for path in self.files]
+
+        states = None
+        if self.label_mapping_file is not None:
+            states = read_state_list(self.label_mapping_file)
+            if len(states) != dim:
+                raise ConfigError(
+                    f"stream '{name}': shape={dim}, but the state list '{self.label_mapping_file}' has "
+                    f"{len(states)} states; the label dimension must be the number of states"
+                )
+            self._state_identity: tuple[int, int] | None = _stat(self.label_mapping_file)
+        else:
+            self._state_identity = None
+        self.states = states
+
+        self.labels: MlfIndex = self._drop_empty(parse_mlf(self.files, states, dim))
+        if len(self.labels) == 0:
+            raise FormatError(
+                f"no usable label entries in {len(self.files)} MLF file(s) ({self.labels.report()})",
+                Location(self.files[0], 0),
+            )
+        self._info = StreamInformation(name, 0, "sparse", dtype, (dim,), definition.defines_mb_size, alias=name)
+        self._index = self._build_index(int(chunk_size_in_bytes), dtype.itemsize + _FRAME_OVERHEAD_BYTES)
+        if self.trace_level >= 1 and (self.labels.invalid or self.labels.duplicates):
+            logger.warning("HTKMLFDeserializer: %s", self.labels.report())
+
+    @staticmethod
+    def _drop_empty(index: MlfIndex) -> MlfIndex:
+        """Leaves out entries of zero frames (every label line empty, e.g. ``0 0 s1``): a sequence needs a sample."""
+        empty = np.flatnonzero(index.lengths == 0)
+        if not len(empty):
+            return index
+        where = index.files[0] if len(index.files) == 1 else f"one of {len(index.files)} MLF files"
+        for key in index.keys.take(empty):
+            index.invalid.append(InvalidEntry(where, key, 0, "every label line is empty (0 frames)"))
+        keep = index.lengths > 0  # an empty entry has no runs
+        key_lengths = np.diff(index.keys.offsets)
+        offsets = np.zeros(int(keep.sum()) + 1, dtype=np.int64)
+        np.cumsum(key_lengths[keep], out=offsets[1:])
+        runs = np.diff(index.run_offsets)
+        run_offsets = np.zeros(len(offsets), dtype=np.int64)
+        np.cumsum(runs[keep], out=run_offsets[1:])
+        blob = index.keys.blob[np.repeat(keep, key_lengths)]
+        index.keys = type(index.keys)(blob, offsets)
+        index.run_offsets = run_offsets
+        index.lengths = index.lengths[keep]
+        return index
+
+    def _build_index(self, chunk_bytes: int, frame_bytes: int) -> SequenceIndex:
+        """Chunks of consecutive entries: entry i goes to chunk ``bytes before it // chunk_bytes`` (renumbered
+        without gaps), so a chunk holds about ``chunk_bytes`` of parsed labels and an entry is never split."""
+        lengths = self.labels.lengths.astype(np.int64, copy=False)
+        before = np.cumsum(lengths) - lengths
+        bucket = (before * frame_bytes) // chunk_bytes
+        first = np.flatnonzero(np.concatenate(([True], bucket[1:] != bucket[:-1])))
+        starts = np.append(first, len(lengths)).astype(np.int64)
+        return SequenceIndex(starts, narrow_lengths(lengths), self.labels.keys)
+
+    # ------------------------------------------------------------------------------- protocol
+    def stream_infos(self) -> list[StreamInformation]:
+        return [self._info]
+
+    def num_chunks(self) -> int:
+        return len(self._index.chunk_starts) - 1
+
+    def sequence_index(self) -> SequenceIndex:
+        return self._index
+
+    def chunk_index(self, chunk_id: int) -> ChunkIndex:
+        a, b = self._chunk_range(chunk_id)
+        return ChunkIndex(chunk_id, self._index.keys.slice(a, b).take(np.arange(b - a)), self._index.lengths[a:b])
+
+    def get_chunk(self, chunk_id: int) -> dict[str, StreamData]:
+        """The chunk's frames as one-hot CSR rows (value 1.0; 2.0 on the first frame of each label line with
+        ``phone_boundaries``)."""
+        a, b = self._chunk_range(chunk_id)
+        labels = self.labels
+        first_run, end_run = int(labels.run_offsets[a]), int(labels.run_offsets[b])
+        counts = labels.run_counts[first_run:end_run]
+        indices = np.repeat(labels.run_states[first_run:end_run].astype(np.int32), counts)
+        frames = len(indices)
+        values = np.ones(frames, dtype=self._info.dtype)
+        if self.phone_boundaries:
+            values[np.cumsum(counts, dtype=np.int64) - counts] = 2.0
+        indptr = np.arange(frames + 1, dtype=np.int64)
+        seq_offsets = np.zeros(b - a + 1, dtype=np.int64)
+        np.cumsum(labels.lengths[a:b], out=seq_offsets[1:])
+        for array in (values, indices, indptr, seq_offsets):
+            array.flags.writeable = False
+        return {self._info.name: SparseStream(values, indices, indptr, seq_offsets, self._info.shape[0])}
+
+    def _chunk_range(self, chunk_id: int) -> tuple[int, int]:
+        if not 0 <= chunk_id < self.num_chunks():
+            raise IndexError(f"chunk {chunk_id} out of range (0..{self.num_chunks() - 1})")
+        starts = self._index.chunk_starts
+        return int(starts[chunk_id]), int(starts[chunk_id + 1])
+
+    # ------------------------------------------------------------------------------- identity
+    def fingerprint(self) -> list[Any]:
+        """The class, the MLF files' names, sizes and modification times (and the state list's)."""
+        parts: list[Any] = [type(self).__name__]
+        for path, (size, mtime) in zip(self.files, self._identities):
+            parts += [os.path.basename(path), size, mtime]
+        if self.label_mapping_file is not None and self._state_identity is not None:
+            parts += [os.path.basename(self.label_mapping_file), *self._state_identity]
+        return parts
+
+    @property
+    def source_name(self) -> str:
+        """The first MLF file."""
+        return self.files[0]
+
+    @property
+    def invalid(self) -> list[InvalidEntry]:
+        """The entries left out (see :class:`cntkio.formats.mlf.InvalidEntry`)."""
+        return self.labels.invalid
+
+    @property
+    def duplicates(self) -> int:
+        """How many entries were dropped because an earlier entry had their key."""
+        return self.labels.duplicates
+
+    @property
+    def duplicate_keys(self) -> list[str]:
+        return self.labels.duplicate_keys
+
+    def report(self) -> str:
+        """What was read and left out, in one paragraph (what the warning says)."""
+        return self.labels.report()
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "files": list(self.files),
+            "sequences": len(self.labels),
+            "frames": int(self.labels.lengths.sum()),
+            "runs": self.labels.num_runs,
+            "chunks": self.num_chunks(),
+            "invalid": len(self.labels.invalid),
+            "duplicates": self.labels.duplicates,
+        }
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickles as its arguments; the copy parses the files again and refuses any that changed."""
+        args, kwargs = self._arguments
+        return (_rebuild, (args, kwargs, self.fingerprint()))
+
+
+def _rebuild(args: tuple[Any, ...], kwargs: dict[str, Any], fingerprint: list[Any]) -> HTKMLFDeserializer:
+    reader = HTKMLFDeserializer(*args, **kwargs)
+    if reader.fingerprint() != fingerprint:
+        raise FormatError(
+            "an MLF file or the state list changed since the deserializer was pickled; build a new one to read "
+            "the new contents",
+            Location(reader.files[0], 0),
+        )
+    return reader
