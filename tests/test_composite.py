@@ -374,7 +374,7 @@ def test_length_mismatches_truncate_to_the_shorter(tmp_path: Path) -> None:
 def test_length_mismatches_can_be_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"(?s)lengths differ.*labels\.ctf.*\(1, 4\)"):
         _open_lengths_pair(tmp_path, length_mismatch="error")
-    with pytest.raises(ConfigError, match=r"length_mismatch must be one of 'pad', 'truncate', 'error', got 'cut'"):
+    with pytest.raises(ConfigError, match=r"length_mismatch must be one of 'pad', 'truncate', 'drop', 'error'"):
         _open_lengths_pair(tmp_path, length_mismatch="cut")
 
 
@@ -489,3 +489,14 @@ def test_a_secondary_truncated_after_indexing_is_an_error_naming_it(data: Data, 
     with pytest.raises(CNTKIOError, match=r"y\.ctf"):
         read(source, 50)
     source.close()
+
+
+def test_length_mismatches_can_drop_the_sequences(tmp_path: Path) -> None:
+    source = _open_lengths_pair(tmp_path, length_mismatch="drop")
+    report = source.join_report
+    assert report is not None and report.dropped == 2 and report.deserializers[1].length_mismatches.count == 2
+    minibatch = source.next_minibatch(1000)
+    assert [k for _, k in minibatch.sequence_keys] == [0, 2, 3, 5]
+    assert minibatch["l"].sequence_lengths.tolist() == [4, 4, 4, 4]
+    frames = _open_lengths_pair(tmp_path, length_mismatch="drop", frame_mode=True)
+    assert sum(m["f"].num_samples for m in read(frames, 5)) == 16

@@ -36,11 +36,13 @@ class LengthMismatch(str, enum.Enum):
       ``defines_mb_size`` stream); each stream keeps its own samples, the shorter ones are padded in
       padded views and masks.
     * ``truncate``: every stream is cut to the shortest of those deserializers.
+    * ``drop``: the sequence is dropped (counted with the other drops).
     * ``error``: a mismatch is an error naming the keys.
     """
 
     PAD = "pad"
     TRUNCATE = "truncate"
+    DROP = "drop"
     ERROR = "error"
 
     @staticmethod
@@ -202,6 +204,15 @@ def join(
         reports[number] = _with_mismatches(
             reports[number], KeyProblems(len(rows), _examples(primary_keys, primary_rows))
         )
+    if policy is LengthMismatch.DROP and mismatches:
+        keep = np.ones(len(lengths), dtype=bool)
+        for rows in mismatches.values():
+            keep[rows] = False
+        if not keep.any():
+            raise ConfigError("length_mismatch='drop' left no sequence: every joined sequence's lengths differ")
+        kept_rows = np.flatnonzero(keep) if kept_rows is None else kept_rows[keep]
+        matches = [match[keep] for match in matches]
+        lengths = lengths[keep]
     kept_count = count if kept_rows is None else len(kept_rows)
     report = JoinReport(count, count - kept_count, policy, tuple(reports))
     if policy is LengthMismatch.ERROR and mismatches:

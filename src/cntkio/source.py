@@ -149,12 +149,14 @@ class MinibatchSource:
         """Frame mode and truncated BPTT read step by step: deserializers whose lengths differ (padded) would
         fail at the first such sequence, mid-sweep; say so now."""
         report = self._corpus.join_report
-        if report is None or not (self.frame_mode or self.truncation_length) or self._corpus.caps is not None:
+        if report is None or not (self.frame_mode or self.truncation_length):
+            return
+        if self._corpus.length_mismatch is not LengthMismatch.PAD:  # truncated or dropped: every stream lines up
             return
         if any(d.length_mismatches for d in report.deserializers):
             raise ConfigError(
                 "frame mode and truncated BPTT need the same number of samples in every deserializer of a sequence; "
-                f"use length_mismatch='truncate' to cut them to the shortest:\n{report}"
+                f"use length_mismatch='truncate' to cut them to the shortest, or 'drop':\n{report}"
             )
 
     @property
