@@ -10,6 +10,8 @@ Example::
     entries = write_archive("feats.ark", {"utt1": np.ones((5, 40), np.float32), "utt2": np.zeros((3, 40))})
     write_scp("feats.scp", entries)          # utt1.mfc=feats.ark[0,4] / utt2.mfc=feats.ark[5,7]
     read_features("feats.ark", 5, 7)         # utt2's 3 frames
+    write_mlf("labels.mlf", {"utt1": [(0, 2, "s1"), (2, 5, "s2")], "utt2": [(0, 3, "sil")]})
+    write_state_list("states.list", ["s1", "s2", "sil"])
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import os
 import struct
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
@@ -441,3 +443,96 @@ def write_scp(path: str | os.PathLike[str], entries: Iterable[ScpEntry], logical
             line += f"[{entry.start},{entry.end}]"
         lines.append(line + "\n")
     _write_atomically(os.fspath(path), ["".join(lines).encode("utf-8", "surrogateescape")])
+
+
+MLF_UNITS = ("htk", "frames")
+"""Time units :func:`write_mlf` writes: HTK's 100 ns units (``frame * 100000``) or frame indices."""
+_HTK_FRAME = 100000
+_MAX_FRAME_RUN = 99998  # a line with end - start >= 99999 is read as 100 ns times (spec §2.1)
+
+
+def _check_label_name(name: Any, what: str) -> str:
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{what} must be a non-empty string, got {name!r}")
+    if any(c.isspace() for c in name):
+        raise ValueError(f"{what} {name!r} holds whitespace (MLF label lines are split on spaces)")
+    return name
+
+
+def _frame(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{what} must be an integer frame index, got {value!r}")
+    return int(value)
+
+
+def _mlf_lines(labels: Mapping[str, Sequence[tuple[int, int, str]]], units: str) -> Iterator[bytes]:
+    yield b"#!MLF!#\n"
+    scale = _HTK_FRAME if units == "htk" else 1
+    for key, runs in labels.items():
+        if not isinstance(key, str) or not key or any(c in key for c in '"\n\r'):
+            raise ValueError(f"MLF key {key!r} is not a non-empty string without '\"' or line breaks")
+        if not runs:
+            raise ValueError(f"utterance {key!r} has no label (an MLF entry without label lines is invalid)")
+        lines = [f'"*/{key}.lab"']
+        for run in runs:
+            try:
+                start, end, state = run
+            except (TypeError, ValueError):
+                raise ValueError(f"utterance {key!r}: a label must be (start, end, state), got {run!r}") from None
+            start, end = _frame(start, f"utterance {key!r}: start"), _frame(end, f"utterance {key!r}: end")
+            _check_label_name(state, f"utterance {key!r}: state")
+            if not 0 <= start < end:
+                raise ValueError(f"utterance {key!r}: label ({start}, {end}, {state!r}) needs 0 <= start < end")
+            if units == "frames" and end - start > _MAX_FRAME_RUN:
+                raise ValueError(
+                    f"utterance {key!r}: label ({start}, {end}, {state!r}) spans {end - start} frames; in frame "
+                    f"units a line of more than {_MAX_FRAME_RUN} frames would be read as 100 ns times "
+                    "(write units='htk')"
+                )
+            lines.append(f"{start * scale} {end * scale} {state}")
+        lines.append(".\n")
+        yield "\n".join(lines).encode("utf-8")
+
+
+def write_mlf(
+    path: str | os.PathLike[str],
+    labels: Mapping[str, Sequence[tuple[int, int, str]]],
+    *,
+    units: str = "htk",
+) -> None:
+    """Writes an HTK master label file: ``#!MLF!#``, then per utterance a ``"*/KEY.lab"`` header, one
+    ``start end state`` line per label (frames ``[start, end)``) and a ``.`` terminator (spec §2.1).
+
+    ``labels`` maps each utterance key (directories allowed: ``"a/b/c"``) to its labels ``(start, end, state)``
+    in frames. ``units='htk'`` writes HTK's 100 ns times (``frame * 100000``), ``'frames'`` the frame indices
+    themselves (a label of more than 99998 frames is then refused: the reader would take it for 100 ns times).
+    Labels are written as given: a reader keeps an entry only if its labels are contiguous from frame 0. Written
+    to a temporary file and renamed.
+
+    Example::
+
+        write_mlf("train.mlf", {"spk1_utt7": [(0, 12, "s1"), (12, 25, "s2"), (25, 26, "sil")]})
+    """
+    if units not in MLF_UNITS:
+        raise ValueError(f"units must be one of {', '.join(map(repr, MLF_UNITS))}, got {units!r}")
+    _write_atomically(os.fspath(path), _mlf_lines(labels, units))
+
+
+def write_state_list(path: str | os.PathLike[str], states: Iterable[str]) -> None:
+    """Writes a state list (``labelMappingFile``, spec §2.2): one state name per line, its id is its position.
+    Names must be non-empty, distinct and free of whitespace. Written to a temporary file and renamed.
+
+    Example::
+
+        write_state_list("state.list", ["sil", "s1", "s2"])
+    """
+    names = list(states)
+    if not names:
+        raise ValueError("a state list needs at least one state")
+    seen: dict[str, int] = {}
+    for i, name in enumerate(names):
+        _check_label_name(name, f"state {i}")
+        if name in seen:
+            raise ValueError(f"duplicate state name {name!r} (states {seen[name]} and {i})")
+        seen[name] = i
+    _write_atomically(os.fspath(path), ["".join(f"{name}\n" for name in names).encode("utf-8")])
