@@ -1,15 +1,13 @@
 // CTF indexer: one streaming pass over the file (read block by block with pread) that finds sequences,
 // their keys and sample counts, chunks them, and counts repeated ids.
 #include <algorithm>
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
 #include <cstring>
 #include <exception>
 #include <string>
 #include <thread>
 
 #include "ctf.hpp"
+#include "block_column.hpp"
 #include "file_io.hpp"
 
 namespace cntkio::ctf {
@@ -24,50 +22,6 @@ struct OpenSequence {
   int64_t lines = 0;
 };
 
-// Hands freed heap pages back to the system (glibc keeps freed blocks in its arenas otherwise, so copying
-// columns out of their blocks would hold both in memory at the peak).
-inline void release_free_memory() {
-#if defined(__GLIBC__)
-  malloc_trim(0);
-#endif
-}
-
-// A growing column kept in fixed-size blocks: growth never copies, and `take()` builds the exact-size
-// vector block by block, freeing each block once copied (peak: the column plus one block, never 2-3x).
-template <class T>
-class BlockColumn {
- public:
-  void push_back(T value) {
-    if (blocks_.empty() || blocks_.back().size() == kBlock) blocks_.emplace_back();  // grows up to kBlock
-    blocks_.back().push_back(value);
-    ++size_;
-  }
-  size_t size() const { return size_; }
-  T at(size_t i) const { return blocks_[i / kBlock][i % kBlock]; }
-  // Appends every value (through `map`) to `out`, freeing each block once copied.
-  template <class Map>
-  void drain_into(std::vector<T>& out, Map map) {
-    for (size_t i = 0; i < blocks_.size(); ++i) {
-      for (const T& v : blocks_[i]) out.push_back(map(v));
-      std::vector<T>().swap(blocks_[i]);
-      if (i % 4 == 3) release_free_memory();
-    }
-    release_free_memory();
-    blocks_.clear();
-    size_ = 0;
-  }
-  std::vector<T> take() {
-    std::vector<T> result;
-    result.reserve(size_);
-    drain_into(result, [](T v) { return v; });
-    return result;
-  }
-
- private:
-  static constexpr size_t kBlock = size_t{1} << 16;
-  std::vector<std::vector<T>> blocks_;
-  size_t size_ = 0;
-};
 
 uint64_t fnv1a(const char* p, size_t n) {
   uint64_t h = 1469598103934665603ull;

@@ -2,10 +2,6 @@
 // single spaces; entries are checked as they end and either appended to the columns or listed as invalid.
 #include "mlf.hpp"
 
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -13,6 +9,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "block_column.hpp"
 #include "file_io.hpp"
 #include "number.hpp"
 
@@ -20,44 +17,6 @@ namespace cntkio::mlf {
 
 namespace {
 
-inline void release_free_memory() {
-#if defined(__GLIBC__)
-  malloc_trim(0);
-#endif
-}
-
-// A growing column kept in fixed-size blocks: growth never copies, and take() builds the exact-size vector
-// block by block, freeing each block once copied (peak: the column plus one block).
-template <class T>
-class BlockColumn {
- public:
-  void push_back(T value) {
-    if (blocks_.empty() || blocks_.back().size() == kBlock) {
-      blocks_.emplace_back();
-      blocks_.back().reserve(kBlock);
-    }
-    blocks_.back().push_back(value);
-    ++size_;
-  }
-  size_t size() const { return size_; }
-  void take_into(std::vector<T>& out) {
-    out.clear();
-    out.reserve(size_);
-    for (size_t i = 0; i < blocks_.size(); ++i) {
-      out.insert(out.end(), blocks_[i].begin(), blocks_[i].end());
-      std::vector<T>().swap(blocks_[i]);
-      if (i % 16 == 15) release_free_memory();
-    }
-    blocks_.clear();
-    size_ = 0;
-    release_free_memory();
-  }
-
- private:
-  static constexpr size_t kBlock = size_t{1} << 16;
-  std::vector<std::vector<T>> blocks_;
-  size_t size_ = 0;
-};
 
 constexpr std::string_view kMagic = "#!MLF!#";
 constexpr double kMaxValue = 4.0e18;  // times/frames above this cannot be frame numbers (size_t overflow)
