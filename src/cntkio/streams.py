@@ -45,7 +45,7 @@ class StreamDef:
     mlf: str | list[str] | None = None
     broadcast: bool | None = None
     defines_mb_size: bool = False
-    max_sequence_length: int = 65535
+    max_sequence_length: int | None = None  # None: no limit (cntk.io's 65535 never reached CNTK's HTK reader)
 
     def __post_init__(self) -> None:
         if self.shape is None:

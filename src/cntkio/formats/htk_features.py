@@ -66,8 +66,8 @@ class HTKFeatureDeserializer(Deserializer):
             one stream. ``DIM`` is the per-frame dimension and must equal the files' (with ``context=None``, a
             ``DIM`` that is an odd multiple ``w`` of the file's dimension selects the window ``(w//2, w//2)``,
             as CNTK inferred it). Output frames hold ``DIM * (1 + LEFT + RIGHT)`` values: frames
-            ``t-LEFT .. t+RIGHT``, edge frames repeated. ``max_sequence_length``: longer utterances are
-            skipped (reported). ``defines_mb_size`` is passed on.
+            ``t-LEFT .. t+RIGHT``, edge frames repeated. ``max_sequence_length`` (default: no limit):
+            longer utterances are skipped (reported). ``defines_mb_size`` is passed on.
         prefix_path: CNTK's ``prefixPathInSCP`` (put in front of every physical path).
         precision: ``'float'`` (float32) or ``'double'`` (float64).
         max_errors: bad utterances (a range past the end of its file, an archive that cannot be opened or whose
@@ -133,7 +133,8 @@ class HTKFeatureDeserializer(Deserializer):
         if chunk_frames < 1:
             raise ConfigError(f"chunk_frames must be >= 1, got {chunk_frames}")
         self.chunk_frames = int(chunk_frames)
-        self.max_sequence_length = int(definition.max_sequence_length)
+        limit = definition.max_sequence_length
+        self.max_sequence_length = None if limit is None else int(limit)
         self.defines_mb_size = bool(definition.defines_mb_size)
         self.errors = ErrorBudget(int(max_errors), self.trace_level)
         scp = definition.scp
@@ -230,7 +231,7 @@ class HTKFeatureDeserializer(Deserializer):
             self._bad(scp, i, bad[i])
 
         lengths = ends - starts + 1
-        too_long = keep & (lengths > self.max_sequence_length)
+        too_long = keep & (lengths > (self.max_sequence_length or np.iinfo(np.int64).max))
         self.skipped_too_long = int(too_long.sum())
         if self.skipped_too_long:
             first = scp.keys.take(np.flatnonzero(too_long)[:SHOWN_KEYS])
