@@ -52,10 +52,8 @@ import argparse
 import filecmp
 import json
 import os
-import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +65,7 @@ from cntkio import CBFDeserializer, CTFDeserializer, MinibatchSource, SparseStre
 from cntkio.user import UserDeserializer
 from core import KINDS, MINIBATCH, SEED, Report, Totals, cpu_seconds, median, peak_rss, relative, stream_defs
 from ctf_parse import _table, kit_dir, load_anchors
+from harness import Job, run
 
 GBPS_BAR = 1.5  # CBF -> NumPy, GB/s of CBF file bytes
 RAW_BAR = 5.0  # CBF -> NumPy / CTF raw parse
@@ -317,28 +316,6 @@ CHILDREN = {
 
 
 # --------------------------------------------------------------------------------------------- parent
-@dataclass(frozen=True)
-class Job:
-    label: str
-    child: str
-    spec: dict[str, Any]
-
-    @property
-    def argv(self) -> list[str]:
-        return [sys.executable, __file__, "--child", self.child, "--spec", json.dumps(self.spec)]
-
-
-def run(job: Job) -> dict[str, Any]:
-    """The child's result; a failed child gives {"failed": its last stderr line}."""
-    done = subprocess.run(job.argv, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["(no stderr)"])[-1]
-        print(f"{job.label} failed (exit {done.returncode}):\n{done.stderr}", file=sys.stderr)
-        return {"failed": f"exit {done.returncode}: {last}"}
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
-
-
 def prepare(args: argparse.Namespace, kit: Path) -> dict[str, dict[str, Any]]:
     """Per kind: the kit's CTF file and metadata (generated once), its CBF (written once) and, where the kit has a
     .npy, the .npy holding the CBF's numbers."""

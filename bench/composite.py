@@ -58,7 +58,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -80,6 +79,7 @@ from cntkio import (
 )
 from core import Report, cpu_seconds, reset_peak_rss
 from ctf_parse import REPO_ROOT, _table
+from harness import Job, run
 
 ATIS_STREAMS = (("S0", 943), ("S1", 26), ("S2", 129))  # all sparse
 ATIS_MINIBATCHES = (1024, 64)
@@ -439,28 +439,6 @@ def split_atis(source: Path, data: Path) -> AtisSplit:
 
 
 # --------------------------------------------------------------------------------------------- parent
-@dataclass(frozen=True)
-class Job:
-    label: str
-    child: str
-    spec: dict[str, Any]
-
-    @property
-    def argv(self) -> list[str]:
-        return [sys.executable, __file__, "--child", self.child, "--spec", json.dumps(self.spec)]
-
-
-def run(job: Job) -> dict[str, Any]:
-    """The child's result; a failed child gives {"failed": its last stderr line}."""
-    done = subprocess.run(job.argv, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["(no stderr)"])[-1]
-        print(f"{job.label} failed (exit {done.returncode}):\n{done.stderr}", file=sys.stderr)
-        return {"failed": f"exit {done.returncode}: {last}"}
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
-
-
 def jobs_of(args: argparse.Namespace, split: AtisSplit, join_files: dict[str, str]) -> tuple[list[Job], list[Job]]:
     """(timed jobs of one round, in the order they run; correctness jobs, run once)."""
     timed: list[Job] = []

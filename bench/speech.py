@@ -53,7 +53,6 @@ import argparse
 import json
 import os
 import struct
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -68,6 +67,7 @@ from cntkio.htk import ScpEntry, write_archive, write_scp
 from composite import Results, failures, median, proc_status, relative, release_free_memory
 from core import Report, cpu_seconds, reset_peak_rss
 from ctf_parse import _table
+from harness import Job, run
 
 DIM = 40
 NUM_STATES = 3000
@@ -381,28 +381,6 @@ def write_sparse_corpus(directory: Path, utterances: int) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------------- parent
-@dataclass(frozen=True)
-class Job:
-    label: str
-    child: str
-    spec: dict[str, Any]
-
-    @property
-    def argv(self) -> list[str]:
-        return [sys.executable, __file__, "--child", self.child, "--spec", json.dumps(self.spec)]
-
-
-def run(job: Job) -> dict[str, Any]:
-    """The child's result; a failed child gives {"failed": its last stderr line}."""
-    done = subprocess.run(job.argv, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["(no stderr)"])[-1]
-        print(f"{job.label} failed (exit {done.returncode}):\n{done.stderr}", file=sys.stderr)
-        return {"failed": f"exit {done.returncode}: {last}"}
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
-
-
 @dataclass
 class Corpora:
     states: str
