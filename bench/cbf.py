@@ -65,7 +65,7 @@ from cntkio import CBFDeserializer, CTFDeserializer, MinibatchSource, SparseStre
 from cntkio.user import UserDeserializer
 from core import KINDS, MINIBATCH, SEED, Report, Totals, cpu_seconds, median, peak_rss, relative, stream_defs
 from ctf_parse import _table, kit_dir, load_anchors
-from harness import Job, run
+from harness import Job, Rounds, run
 
 GBPS_BAR = 1.5  # CBF -> NumPy, GB/s of CBF file bytes
 RAW_BAR = 5.0  # CBF -> NumPy / CTF raw parse
@@ -652,18 +652,12 @@ def main(argv: list[str] | None = None) -> int:
     files = prepare(args, kit_dir())
     print(f"data: ready in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     jobs = jobs_of(files)
-    load_before = os.getloadavg()[0]
-    results: Results = {job.label: [] for job in jobs}
-    for round_number in range(1, args.runs + 1):
-        for job in jobs:
-            print(f"round {round_number}/{args.runs}: {job.label}", file=sys.stderr)
-            results[job.label].append(run(job))
-
+    rounds = Rounds(jobs, [], args.runs)
+    results: Results = rounds.results
     summary = Summary(files, results)
     report = summary.report
     report.lines += [
-        f"# CBF bars  {time.strftime('%Y-%m-%d %H:%M')}  runs={args.runs}  nproc={os.cpu_count()}  "
-        f"load avg (1 min) before/after: {load_before:.2f}/{os.getloadavg()[0]:.2f}",
+        rounds.header("CBF bars"),
         "# times are medians of the runs, each in a fresh process; CPU s = user + system; MB = 10^6 bytes, "
         "GB = 10^9 bytes; a ratio A / B = B's seconds / A's on the same data (A's throughput over B's)",
         "",

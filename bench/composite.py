@@ -79,7 +79,7 @@ from cntkio import (
 )
 from core import Report, cpu_seconds, reset_peak_rss
 from ctf_parse import REPO_ROOT, _table
-from harness import Job, run
+from harness import Job, Rounds
 
 ATIS_STREAMS = (("S0", 943), ("S1", 26), ("S2", 129))  # all sparse
 ATIS_MINIBATCHES = (1024, 64)
@@ -724,20 +724,11 @@ def main(argv: list[str] | None = None) -> int:
     join_files = write_join_files(data, args.join_keys)
     print(f"data: {data} ready in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     timed, checks = jobs_of(args, split, join_files)
-    load_before = os.getloadavg()[0]
-    results: Results = {job.label: [] for job in timed + checks}
-    for job in checks:
-        print(f"check: {job.label}", file=sys.stderr)
-        results[job.label].append(run(job))
-    for round_number in range(1, args.runs + 1):
-        for job in timed:
-            print(f"round {round_number}/{args.runs}: {job.label}", file=sys.stderr)
-            results[job.label].append(run(job))
-
+    rounds = Rounds(timed, checks, args.runs)
+    results: Results = rounds.results
     report = Report()
     report.lines += [
-        f"# composite bars  {time.strftime('%Y-%m-%d %H:%M')}  runs={args.runs}  nproc={os.cpu_count()}  "
-        f"load avg (1 min) before/after: {load_before:.2f}/{os.getloadavg()[0]:.2f}",
+        rounds.header("composite bars"),
         "# times are medians of the runs, each in a fresh process; CPU s = user + system",
         "",
     ]

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,3 +36,27 @@ def run(job: Job) -> dict[str, Any]:
         return {"failed": f"exit {done.returncode}: {last}"}
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
+
+
+class Rounds:
+    """Runs the correctness jobs once, then the timed jobs round-robin ``runs`` times (so slow drifts of a shared
+    machine spread over every configuration); ``results[label]`` lists each job's results."""
+
+    def __init__(self, timed: list[Job], checks: list[Job], runs: int):
+        self.load_before = os.getloadavg()[0]
+        self.runs = runs
+        self.results: dict[str, list[dict[str, Any]]] = {job.label: [] for job in timed + checks}
+        for job in checks:
+            print(f"check: {job.label}", file=sys.stderr)
+            self.results[job.label].append(run(job))
+        for round_number in range(1, runs + 1):
+            for job in timed:
+                print(f"round {round_number}/{runs}: {job.label}", file=sys.stderr)
+                self.results[job.label].append(run(job))
+
+    def header(self, title: str) -> str:
+        """The first line of a report: what ran, when, on how many cores, and the machine's load around it."""
+        return (
+            f"# {title}  {time.strftime('%Y-%m-%d %H:%M')}  runs={self.runs}  nproc={os.cpu_count()}  "
+            f"load avg (1 min) before/after: {self.load_before:.2f}/{os.getloadavg()[0]:.2f}"
+        )

@@ -67,7 +67,7 @@ from cntkio.htk import ScpEntry, write_archive, write_scp
 from composite import Results, failures, median, proc_status, relative, release_free_memory
 from core import Report, cpu_seconds, reset_peak_rss
 from ctf_parse import _table
-from harness import Job, run
+from harness import Job, Rounds
 
 DIM = 40
 NUM_STATES = 3000
@@ -637,20 +637,11 @@ def main(argv: list[str] | None = None) -> int:
     corpora = prepare(args)
     print(f"data: {Path(args.data) / 'speech'} ready in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     timed, checks = jobs_of(args, corpora)
-    load_before = os.getloadavg()[0]
-    results: Results = {job.label: [] for job in timed + checks}
-    for job in checks:
-        print(f"check: {job.label}", file=sys.stderr)
-        results[job.label].append(run(job))
-    for round_number in range(1, args.runs + 1):
-        for job in timed:
-            print(f"round {round_number}/{args.runs}: {job.label}", file=sys.stderr)
-            results[job.label].append(run(job))
-
+    rounds = Rounds(timed, checks, args.runs)
+    results: Results = rounds.results
     report = Report()
     report.lines += [
-        f"# speech bars  {time.strftime('%Y-%m-%d %H:%M')}  runs={args.runs}  nproc={os.cpu_count()}  "
-        f"load avg (1 min) before/after: {load_before:.2f}/{os.getloadavg()[0]:.2f}",
+        rounds.header("speech bars"),
         "# times are medians of the runs, each in a fresh process; CPU s = user + system; MiB = 2^20 bytes",
         "",
     ]
