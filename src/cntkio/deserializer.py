@@ -179,6 +179,34 @@ class Deserializer(abc.ABC):
         return str(getattr(self, "filename", type(self).__name__))
 
 
+class IndexedDeserializer(Deserializer):
+    """A deserializer that builds its whole index when it is constructed: ``_index`` (a :class:`SequenceIndex`)
+    and ``_infos`` (its streams); the protocol's index methods derive from them."""
+
+    _index: SequenceIndex
+    _infos: list[StreamInformation]
+
+    def stream_infos(self) -> list[StreamInformation]:
+        return list(self._infos)
+
+    def num_chunks(self) -> int:
+        return len(self._index.chunk_starts) - 1
+
+    def sequence_index(self) -> SequenceIndex:
+        return self._index
+
+    def chunk_index(self, chunk_id: int) -> ChunkIndex:
+        a, b = self._chunk_range(chunk_id)
+        return ChunkIndex(chunk_id, self._index.keys.slice(a, b).take(np.arange(b - a)), self._index.lengths[a:b])
+
+    def _chunk_range(self, chunk_id: int) -> tuple[int, int]:
+        """The sequences ``[a, b)`` of a chunk (IndexError for a chunk that does not exist)."""
+        if not 0 <= chunk_id < self.num_chunks():
+            raise IndexError(f"chunk {chunk_id} out of range (0..{self.num_chunks() - 1})")
+        starts = self._index.chunk_starts
+        return int(starts[chunk_id]), int(starts[chunk_id + 1])
+
+
 @dataclass(frozen=True)
 class SequenceIndex:
     """The index of a deserializer as columns: sequence i of the data is row ``i - chunk_starts[c]`` of

@@ -9,16 +9,16 @@ import numpy as np
 
 from .. import _native
 from ..arrays import narrow_lengths
-from ..deserializer import ChunkIndex, DenseStream, Deserializer, ParsedChunk, SequenceIndex, SparseStream
+from ..deserializer import DenseStream, IndexedDeserializer, ParsedChunk, SequenceIndex, SparseStream
 from ..errors import ConfigError, FormatError, Location
 from ..keys import RangeKeys
 from ..streams import StreamInformation, iter_stream_defs
-from .data_file import DataFile, identities, reopen
+from .data_file import DataFile, FileBacked
 
 PRECISIONS: dict[str, np.dtype[Any]] = {"float": np.dtype(np.float32), "double": np.dtype(np.float64)}
 
 
-class CBFDeserializer(Deserializer):
+class CBFDeserializer(FileBacked, IndexedDeserializer):
     """Reads a CBF file (what CNTK's ``ctf2bin.py`` and :func:`cntkio.write_cbf` write).
 
     The file decides the streams' formats, dimensions and precisions, and its chunks are the reader's
@@ -59,6 +59,7 @@ class CBFDeserializer(Deserializer):
             raise ConfigError(f"CBFDeserializer: unknown option(s) {sorted(unknown)}")
         self.trace_level = int(trace_level)
         self.data_file = DataFile(self.filename, "CBF")
+        self._files = [self.data_file]
         try:
             self._file = self._open_native()
             self._infos, self._columns = self._streams(streams, precision)
@@ -122,19 +123,6 @@ class CBFDeserializer(Deserializer):
         return SequenceIndex(starts, narrow_lengths(lengths), RangeKeys(0, len(lengths)))
 
     # ------------------------------------------------------------------------------- protocol
-    def stream_infos(self) -> list[StreamInformation]:
-        return list(self._infos)
-
-    def num_chunks(self) -> int:
-        return len(self._index.chunk_starts) - 1
-
-    def chunk_index(self, chunk_id: int) -> ChunkIndex:
-        a, b = self._chunk_range(chunk_id)
-        return ChunkIndex(chunk_id, np.arange(a, b, dtype=np.int64), self._index.lengths[a:b])
-
-    def sequence_index(self) -> SequenceIndex:
-        return self._index
-
     def fingerprint(self) -> list[Any]:
         return [type(self).__name__, *self.data_file.fingerprint()]
 
@@ -154,12 +142,6 @@ class CBFDeserializer(Deserializer):
                 chunk[info.name] = DenseStream(values, seq_offsets)
         return chunk
 
-    def _chunk_range(self, chunk_id: int) -> tuple[int, int]:
-        if not 0 <= chunk_id < self.num_chunks():
-            raise IndexError(f"chunk {chunk_id} out of range (0..{self.num_chunks() - 1})")
-        starts = self._index.chunk_starts
-        return int(starts[chunk_id]), int(starts[chunk_id + 1])
-
     def _format_error(self, error: Exception) -> FormatError:
         message, offset, chunk, sequence, stream = error.args
         where = []
@@ -175,24 +157,6 @@ class CBFDeserializer(Deserializer):
         name = stored[stream][0] if 0 <= stream < len(stored) else None
         reason = f"{message} ({', '.join(where)})" if where else message
         return FormatError(reason, Location(self.filename, offset, sequence_key=key, input=name))
-
-    def close(self) -> None:
-        """Closes the file (reading a chunk afterwards raises)."""
-        data_file = getattr(self, "data_file", None)
-        if data_file is not None:
-            data_file.close()
-
-    def __del__(self) -> None:
-        self.close()
-
-    @property
-    def data_files(self) -> list[DataFile]:
-        return [self.data_file]
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        """Pickles as its arguments and the file's identity (the copy reopens the file, refusing a changed one)."""
-        args, kwargs = self._arguments
-        return (reopen, (CBFDeserializer, args, kwargs, identities(self.data_files)))
 
     def describe(self) -> dict[str, Any]:
         """Summary of the file (for ``cntkio inspect``)."""

@@ -12,11 +12,11 @@ from typing import Any
 import numpy as np
 
 from .. import _native
-from ..deserializer import ChunkIndex, DenseStream, Deserializer, ParsedChunk, SequenceIndex, SparseStream
+from ..deserializer import DenseStream, IndexedDeserializer, ParsedChunk, SequenceIndex, SparseStream
 from ..errors import ConfigError, ErrorBudget, FormatError, Location
 from ..keys import KeyColumn, NumericKeys, TextKeys
 from ..streams import StreamInformation, iter_stream_defs
-from .data_file import DataFile, identities, reopen
+from .data_file import DataFile, FileBacked
 
 logger = logging.getLogger("cntkio")
 
@@ -89,7 +89,7 @@ def _streams_from_defs(streams: Any) -> list[_Stream]:
     return result
 
 
-class CTFDeserializer(Deserializer):
+class CTFDeserializer(FileBacked, IndexedDeserializer):
     """Reads a CTF file (``cntk.io.CTFDeserializer`` with every option of CNTK's text reader).
 
     The file stays open from indexing on: chunks are read from it with ``pread``, and a file changed in
@@ -163,8 +163,7 @@ class CTFDeserializer(Deserializer):
         ]
         self._aliases = [(s.alias, s.sparse, s.dim) for s in self._streams]
         self._noted_chunks: set[int] = set()  # chunks whose warnings were logged (once, not every sweep)
-        self._fd = -1
-        self._fd = self._open()
+        self._open()
         try:
             self._build_index()
         except BaseException:
@@ -172,11 +171,10 @@ class CTFDeserializer(Deserializer):
             raise
 
     # ----------------------------------------------------------------------------------- index
-    def _open(self) -> int:
+    def _open(self) -> None:
         self.data_file = DataFile(self.filename, "CTF")
+        self._files = [self.data_file]
         self.file_size = self.data_file.size
-        self._identity = self.data_file.identity
-        return self.data_file.fd
 
     def _build_index(self) -> None:
         defining = next((i for i, s in enumerate(self._streams) if s.defines_mb_size), -1)
@@ -190,7 +188,7 @@ class CTFDeserializer(Deserializer):
                 int(index["fatal_column"]) or None,
             )  # fmt: skip
             raise FormatError(index["fatal"], location)
-        self._check_unchanged("indexed")
+        self.data_file.check_unchanged("indexed")
         self.id_mode = IdMode(int(index["mode"]))
         self._offsets: np.ndarray = index["offsets"]
         self._ends: np.ndarray = index["ends"]
@@ -214,7 +212,7 @@ class CTFDeserializer(Deserializer):
 
     def _native_index(self, defining: int) -> dict[str, Any]:
         return _native.ctf_index(
-            self._fd,
+            self.data_file.fd,
             self.file_size,
             self.skip_sequence_ids,
             self._aliases,
@@ -225,9 +223,6 @@ class CTFDeserializer(Deserializer):
             self.chunk_size_in_bytes,
             threads=min(2, os.cpu_count() or 1),
         )
-
-    def _check_unchanged(self, since: str) -> None:
-        self.data_file.check_unchanged(since)
 
     def _report_index_errors(self, errors: dict[str, np.ndarray], keys: list[bytes]) -> None:
         for number, (offset, kind, stream, line, column) in enumerate(
@@ -258,31 +253,16 @@ class CTFDeserializer(Deserializer):
             )
 
     # ------------------------------------------------------------------------------- protocol
-    def stream_infos(self) -> list[StreamInformation]:
-        return list(self._infos)
-
-    def num_chunks(self) -> int:
-        return len(self._index.chunk_starts) - 1
-
-    def chunk_index(self, chunk_id: int) -> ChunkIndex:
-        a, b = self._chunk_range(chunk_id)
-        return ChunkIndex(chunk_id, self._keys.slice(a, b).take(np.arange(b - a)), self._index.lengths[a:b])
-
-    def sequence_index(self) -> SequenceIndex:
-        return self._index
-
     def fingerprint(self) -> list[Any]:
         return [type(self).__name__, *self.data_file.fingerprint()]
 
     def get_chunk(self, chunk_id: int) -> ParsedChunk:
         a, b = self._chunk_range(chunk_id)
         start, end = int(self._offsets[a]), int(self._ends[b - 1])
-        if self._fd < 0:
-            raise ValueError(f"{self.filename}: the deserializer is closed")
-        self._check_unchanged("indexed")
+        self.data_file.check_unchanged("indexed")
         try:
             streams, errors, stats = _native.ctf_parse(
-                self._fd,
+                self.data_file.fd,
                 start,
                 end,
                 int(self._chunk_first_lines[chunk_id]),
@@ -339,31 +319,6 @@ class CTFDeserializer(Deserializer):
                 values, seq_offsets = arrays
                 chunk[stream.name] = DenseStream(values, seq_offsets)
         return chunk
-
-    def _chunk_range(self, chunk_id: int) -> tuple[int, int]:
-        if not 0 <= chunk_id < self.num_chunks():
-            raise IndexError(f"chunk {chunk_id} out of range (0..{self.num_chunks() - 1})")
-        starts = self._index.chunk_starts
-        return int(starts[chunk_id]), int(starts[chunk_id + 1])
-
-    def close(self) -> None:
-        """Closes the file (reading a chunk afterwards raises)."""
-        if getattr(self, "_fd", -1) >= 0:
-            self.data_file.close()
-            self._fd = -1
-
-    def __del__(self) -> None:
-        self.close()
-
-    @property
-    def data_files(self) -> list[DataFile]:
-        return [self.data_file]
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        """Pickles as its arguments and the file's identity: the copy opens and indexes the file again, and
-        refuses a file that changed meanwhile (other data under the same name)."""
-        args, kwargs = self._arguments
-        return (reopen, (CTFDeserializer, args, kwargs, identities(self.data_files)))
 
     # --------------------------------------------------------------------------------- errors
     def _report(self, errors: dict[str, np.ndarray], sequence_base: int) -> None:

@@ -65,6 +65,31 @@ class DataFile:
             self.fd = -1
 
 
+class FileBacked:
+    """For deserializers reading :class:`DataFile` s (``_files``), built from ``_arguments`` (args, kwargs):
+    closing, and pickling as those arguments — the copy reopens (and indexes) the files again and refuses any
+    that changed meanwhile (other data under the same name)."""
+
+    _files: list[DataFile]
+    _arguments: tuple[tuple[Any, ...], dict[str, Any]]
+
+    @property
+    def data_files(self) -> list[DataFile]:
+        return list(getattr(self, "_files", []))
+
+    def close(self) -> None:
+        """Closes the files (reading a chunk afterwards raises)."""
+        for data_file in self.data_files:
+            data_file.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        args, kwargs = self._arguments
+        return (reopen, (type(self), args, kwargs, identities(self.data_files)))
+
+
 def identities(files: list[DataFile]) -> list[tuple[int, int]]:
     """Sizes and modification times of files, as :func:`reopen` checks them."""
     return [(f.identity[2], f.identity[3]) for f in files]

@@ -16,12 +16,12 @@ from typing import Any
 import numpy as np
 
 from ..arrays import narrow_lengths
-from ..deserializer import ChunkIndex, DenseStream, Deserializer, ParsedChunk, SequenceIndex
+from ..deserializer import DenseStream, IndexedDeserializer, ParsedChunk, SequenceIndex
 from ..errors import ConfigError, ErrorBudget, FormatError, Location
 from ..htk import HEADER_BYTES, HTKHeader, _decode_header, _parse
 from ..keys import TextKeys
 from ..streams import StreamInformation, iter_stream_defs
-from .data_file import DataFile, identities, reopen
+from .data_file import DataFile, FileBacked
 from .scp import ScpIndex, parse_scp
 
 logger = logging.getLogger("cntkio")
@@ -58,7 +58,7 @@ def _describe_kind(header: HTKHeader) -> str:
     )
 
 
-class HTKFeatureDeserializer(Deserializer):
+class HTKFeatureDeserializer(FileBacked, IndexedDeserializer):
     """Reads HTK features of utterances listed in SCP files, one stream (``cntk.io.HTKFeatureDeserializer``).
 
     Args:
@@ -297,21 +297,9 @@ class HTKFeatureDeserializer(Deserializer):
         self.info = StreamInformation(
             name, 0, "dense", self.dtype, (file_dim * (1 + left + right),), defines_mb_size=self.defines_mb_size
         )
+        self._infos = [self.info]
 
     # ------------------------------------------------------------------------------- protocol
-    def stream_infos(self) -> list[StreamInformation]:
-        return [self.info]
-
-    def num_chunks(self) -> int:
-        return len(self._index.chunk_starts) - 1
-
-    def chunk_index(self, chunk_id: int) -> ChunkIndex:
-        a, b = self._chunk_range(chunk_id)
-        return ChunkIndex(chunk_id, self._index.keys.take(np.arange(a, b)), np.asarray(self._index.lengths[a:b]))
-
-    def sequence_index(self) -> SequenceIndex:
-        return self._index
-
     def fingerprint(self) -> list[Any]:
         files = [part for data_file in self._files for part in data_file.fingerprint()]
         return [type(self).__name__, *[p for f in self._scp_fingerprint for p in f], *files]
@@ -370,30 +358,6 @@ class HTKFeatureDeserializer(Deserializer):
         window = np.arange(total, dtype=np.int64)[:, None] + np.arange(-left, right + 1, dtype=np.int64)[None, :]
         np.clip(window, first[:, None], last[:, None], out=window)
         return frames[window].reshape(total, -1)
-
-    def _chunk_range(self, chunk_id: int) -> tuple[int, int]:
-        if not 0 <= chunk_id < self.num_chunks():
-            raise IndexError(f"chunk {chunk_id} out of range (0..{self.num_chunks() - 1})")
-        starts = self._index.chunk_starts
-        return int(starts[chunk_id]), int(starts[chunk_id + 1])
-
-    # ------------------------------------------------------------------------------- lifetime
-    def close(self) -> None:
-        """Closes every file (reading a chunk afterwards raises)."""
-        for data_file in getattr(self, "_files", []):
-            data_file.close()
-
-    def __del__(self) -> None:
-        self.close()
-
-    @property
-    def data_files(self) -> list[DataFile]:
-        return list(self._files)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        """Pickles as its arguments and the files' identities (the copy reopens them, refusing changed ones)."""
-        args, kwargs = self._arguments
-        return (reopen, (HTKFeatureDeserializer, args, kwargs, identities(self.data_files)))
 
     def describe(self) -> dict[str, Any]:
         """Summary (for ``cntkio inspect``)."""

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..arrays import narrow_lengths
-from ..deserializer import ChunkIndex, Deserializer, SequenceIndex, SparseStream, StreamData
+from ..deserializer import IndexedDeserializer, SequenceIndex, SparseStream, StreamData
 from ..errors import ConfigError, FormatError, Location
 from ..streams import StreamInformation, iter_stream_defs
 from .mlf import InvalidEntry, MlfIndex, parse_mlf, read_state_list
@@ -46,7 +46,7 @@ def _stat(path: str) -> tuple[int, int]:
     return info.st_size, info.st_mtime_ns
 
 
-class HTKMLFDeserializer(Deserializer):
+class HTKMLFDeserializer(IndexedDeserializer):
     """Frame labels from HTK master label files (``cntk.io.HTKMLFDeserializer``).
 
     Args:
@@ -151,6 +151,7 @@ class HTKMLFDeserializer(Deserializer):
                 Location(self.files[0], 0),
             )
         self._info = StreamInformation(name, 0, "sparse", dtype, (dim,), definition.defines_mb_size, alias=name)
+        self._infos = [self._info]
         self._index = self._build_index(int(chunk_size_in_bytes), dtype.itemsize + _FRAME_OVERHEAD_BYTES)
         if self.trace_level >= 1 and (self.labels.invalid or self.labels.duplicates):
             logger.warning("HTKMLFDeserializer: %s", self.labels.report())
@@ -188,19 +189,6 @@ class HTKMLFDeserializer(Deserializer):
         return SequenceIndex(starts, narrow_lengths(lengths), self.labels.keys)
 
     # ------------------------------------------------------------------------------- protocol
-    def stream_infos(self) -> list[StreamInformation]:
-        return [self._info]
-
-    def num_chunks(self) -> int:
-        return len(self._index.chunk_starts) - 1
-
-    def sequence_index(self) -> SequenceIndex:
-        return self._index
-
-    def chunk_index(self, chunk_id: int) -> ChunkIndex:
-        a, b = self._chunk_range(chunk_id)
-        return ChunkIndex(chunk_id, self._index.keys.slice(a, b).take(np.arange(b - a)), self._index.lengths[a:b])
-
     def get_chunk(self, chunk_id: int) -> dict[str, StreamData]:
         """The chunk's frames as one-hot CSR rows (value 1.0; 2.0 on the first frame of each label line with
         ``phone_boundaries``)."""
@@ -219,12 +207,6 @@ class HTKMLFDeserializer(Deserializer):
         for array in (values, indices, indptr, seq_offsets):
             array.flags.writeable = False
         return {self._info.name: SparseStream(values, indices, indptr, seq_offsets, self._info.shape[0])}
-
-    def _chunk_range(self, chunk_id: int) -> tuple[int, int]:
-        if not 0 <= chunk_id < self.num_chunks():
-            raise IndexError(f"chunk {chunk_id} out of range (0..{self.num_chunks() - 1})")
-        starts = self._index.chunk_starts
-        return int(starts[chunk_id]), int(starts[chunk_id + 1])
 
     # ------------------------------------------------------------------------------- identity
     def fingerprint(self) -> list[Any]:

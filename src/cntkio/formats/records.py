@@ -23,12 +23,12 @@ import scipy.sparse
 
 from .. import _native
 from ..arrays import narrow_lengths
-from ..deserializer import ChunkIndex, DenseStream, Deserializer, ParsedChunk, SequenceIndex, SparseStream
+from ..deserializer import DenseStream, IndexedDeserializer, ParsedChunk, SequenceIndex, SparseStream
 from ..errors import ConfigError, ErrorBudget, FormatError, Location
 from ..keys import KeyColumn, NumericKeys
 from ..streams import StreamInformation, iter_stream_defs
 from .ctf import _parse_precision
-from .data_file import DataFile, identities, reopen
+from .data_file import DataFile, FileBacked
 
 logger = logging.getLogger("cntkio")
 
@@ -75,7 +75,7 @@ class _RecordError(Exception):
         self.reason = reason
 
 
-class RecordDeserializer(Deserializer):
+class RecordDeserializer(FileBacked, IndexedDeserializer):
     """Reads record files with a user decoder (``cntkio.RecordDeserializer``).
 
     The files are one corpus, in the order given; record ``i`` of the corpus is one sequence with key ``i``
@@ -239,13 +239,12 @@ class RecordDeserializer(Deserializer):
         self.num_records = total
         lengths = np.ones(total, dtype=np.int32)
         keys: KeyColumn = NumericKeys(np.arange(total, dtype=np.int64))
+        self._index = SequenceIndex(self._chunk_starts, lengths, keys)  # one sample a record, until scanned
         if sequence_length is not None or key is not None:
             lengths, custom = self._scan(sequence_length, key)
             if custom is not None:
                 keys = custom
-        self._lengths = lengths
-        self._keys = keys
-        self._index = SequenceIndex(self._chunk_starts, lengths, keys)
+            self._index = SequenceIndex(self._chunk_starts, lengths, keys)
 
     def _frame_binary(self, file: DataFile) -> np.ndarray:
         try:
@@ -284,19 +283,6 @@ class RecordDeserializer(Deserializer):
         return narrow_lengths(lengths), (KeyColumn.of(keys) if key is not None else None)
 
     # ------------------------------------------------------------------------------- protocol
-    def stream_infos(self) -> list[StreamInformation]:
-        return list(self._infos)
-
-    def num_chunks(self) -> int:
-        return len(self._chunk_starts) - 1
-
-    def chunk_index(self, chunk_id: int) -> ChunkIndex:
-        a, b = self._chunk_range(chunk_id)
-        return ChunkIndex(chunk_id, self._keys.slice(a, b).take(np.arange(b - a)), self._lengths[a:b])
-
-    def sequence_index(self) -> SequenceIndex:
-        return self._index
-
     def fingerprint(self) -> list[Any]:
         return [
             type(self).__name__,
@@ -321,7 +307,7 @@ class RecordDeserializer(Deserializer):
         a, b = self._chunk_range(chunk_id)
         records, bad_crc = self._read_records(chunk_id)
         n = b - a
-        lengths = self._lengths[a:b].astype(np.int64)
+        lengths = self._index.lengths[a:b].astype(np.int64)
         bad = np.zeros(n, dtype=bool)
         for position in bad_crc.tolist():
             self._count(a + position, "the data CRC does not match (the record is damaged)", None)
@@ -366,11 +352,6 @@ class RecordDeserializer(Deserializer):
         return chunk
 
     # ------------------------------------------------------------------------------- reading
-    def _chunk_range(self, chunk_id: int) -> tuple[int, int]:
-        if not 0 <= chunk_id < self.num_chunks():
-            raise IndexError(f"chunk {chunk_id} out of range (0..{self.num_chunks() - 1})")
-        return int(self._chunk_starts[chunk_id]), int(self._chunk_starts[chunk_id + 1])
-
     def _first_of_file(self, chunk_id: int) -> int:
         return int(self._file_first_record[int(self._chunk_files[chunk_id])])
 
@@ -533,24 +514,6 @@ class RecordDeserializer(Deserializer):
         return FormatError(f"{where}: {reason}", location)
 
     # ---------------------------------------------------------------------------------- files
-    def close(self) -> None:
-        """Closes the files (reading a chunk afterwards raises)."""
-        for file in getattr(self, "_files", []):
-            file.close()
-
-    def __del__(self) -> None:
-        self.close()
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        """Pickles as its arguments (the decoders must pickle) and the files' identities: the copy opens and
-        indexes the files again, and refuses files that changed meanwhile."""
-        args, kwargs = self._arguments
-        return (reopen, (RecordDeserializer, args, kwargs, identities(self._files)))
-
-    @property
-    def data_files(self) -> list[DataFile]:
-        return list(self._files)
-
     def describe(self) -> dict[str, Any]:
         """Summary of the index."""
         return {
@@ -558,7 +521,7 @@ class RecordDeserializer(Deserializer):
             "framing": self.framing,
             "records": self.num_records,
             "chunks": self.num_chunks(),
-            "samples": int(self._lengths.sum(dtype=np.int64)),
+            "samples": int(self._index.lengths.sum(dtype=np.int64)),
         }
 
 
