@@ -4,7 +4,6 @@
 // chunk is parsed in float and double. Any crash, sanitizer report or broken invariant is a bug.
 // Build with clang: clang++ -fsanitize=fuzzer,address,undefined ...; without clang, standalone_main.cpp
 // drives the same entry point (see run_smoke.sh).
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -13,6 +12,7 @@
 
 #include "../src/native/ctf.hpp"
 #include "../src/native/file_io.hpp"
+#include "memory_file.hpp"
 
 using namespace cntkio::ctf;
 
@@ -56,16 +56,8 @@ void parse_chunks(int fd, const IndexResult& index, const ParseOptions& options)
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const int fd = memfd_create("ctf", 0);
+  const int fd = memory_file("ctf", data, size);
   if (fd < 0) return 0;
-  for (size_t done = 0; done < size;) {
-    const ssize_t n = write(fd, data + done, size - done);
-    if (n <= 0) {
-      close(fd);
-      return 0;
-    }
-    done += static_cast<size_t>(n);
-  }
   const std::vector<Alias> aliases = {{"a", false, 3}, {"b", true, 50}, {"c", false, 1}};
   for (int variant = 0; variant < 2; ++variant) {
     IndexOptions options;

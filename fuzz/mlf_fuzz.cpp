@@ -3,7 +3,6 @@
 // kept entry must be well formed: columns of consistent sizes, offsets ascending, run counts >= 1, ids below
 // the dimension, each entry's length the sum of its run counts; a fatal error names a position in the input;
 // invalid entries name a line that exists.
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -12,6 +11,7 @@
 #include <vector>
 
 #include "../src/native/mlf.hpp"
+#include "memory_file.hpp"
 
 using namespace cntkio::mlf;
 
@@ -45,16 +45,8 @@ void check_result(const ParseResult& r, int64_t size, int64_t dim) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const int fd = memfd_create("mlf", 0);
+  const int fd = memory_file("mlf", data, size);
   if (fd < 0) return 0;
-  for (size_t done = 0; done < size;) {
-    const ssize_t n = write(fd, data + done, size - done);
-    if (n <= 0) {
-      close(fd);
-      return 0;
-    }
-    done += static_cast<size_t>(n);
-  }
   const auto n = static_cast<int64_t>(size);
   for (int variant = 0; variant < 3; ++variant) {
     Options options;
