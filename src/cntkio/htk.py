@@ -21,7 +21,7 @@ import struct
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 
@@ -192,11 +192,13 @@ def _parse(raw: bytes, name: str) -> HTKHeader:
     )  # fmt: skip
 
 
-def _read_prefix(file: BinaryIO, name: str) -> HTKHeader:
-    raw = file.read(HEADER_BYTES)
+def read_header_at(fd: int, name: str) -> HTKHeader:
+    """The header of the HTK file open as ``fd`` (read with ``pread``, the file position is left alone);
+    ``name`` names the file in errors."""
+    raw = os.pread(fd, HEADER_BYTES, 0)
     header, _ = _decode_header(raw, name)
-    extra = (GUID_BYTES if header.has_guid else 0) + (8 * header.dim if header.compressed else 0)
-    return _parse(raw + file.read(extra), name)
+    extra = header.data_offset - HEADER_BYTES  # the GUID and the A/B vectors of a compressed file
+    return _parse(raw + os.pread(fd, extra, HEADER_BYTES) if extra else raw, name)
 
 
 def read_header(path_or_bytes: str | os.PathLike[str] | bytes | bytearray | memoryview) -> HTKHeader:
@@ -214,7 +216,7 @@ def read_header(path_or_bytes: str | os.PathLike[str] | bytes | bytearray | memo
         return _parse(bytes(path_or_bytes), "<bytes>")
     name = os.fspath(path_or_bytes)
     with open(name, "rb") as file:
-        return _read_prefix(file, name)
+        return read_header_at(file.fileno(), name)
 
 
 def read_features(path: str | os.PathLike[str], start: int = 0, end: int | None = None) -> np.ndarray:
@@ -228,7 +230,7 @@ def read_features(path: str | os.PathLike[str], start: int = 0, end: int | None 
     """
     name = os.fspath(path)
     with open(name, "rb") as file:
-        header = _read_prefix(file, name)
+        header = read_header_at(file.fileno(), name)
         last = header.frames - 1 if end is None else int(end)
         if start < 0 or last < start - 1 or last >= header.frames:
             raise FormatError(

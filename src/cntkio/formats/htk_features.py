@@ -18,7 +18,7 @@ import numpy as np
 from ..arrays import narrow_lengths
 from ..deserializer import DenseStream, IndexedDeserializer, ParsedChunk, SequenceIndex
 from ..errors import ConfigError, ErrorBudget, FormatError, Location
-from ..htk import HEADER_BYTES, HTKHeader, _decode_header, _parse
+from ..htk import HTKHeader, read_header_at
 from ..keys import TextKeys
 from ..streams import StreamInformation, iter_stream_defs
 from .data_file import DataFile, FileBacked
@@ -253,12 +253,7 @@ class HTKFeatureDeserializer(FileBacked, IndexedDeserializer):
     def _open(self, path: str) -> tuple[DataFile, HTKHeader]:
         data_file = DataFile(path, "HTK")
         try:
-            raw = os.pread(data_file.fd, HEADER_BYTES, 0)
-            header, _ = _decode_header(raw, path)
-            extra = header.data_offset - HEADER_BYTES  # GUID and A/B vectors
-            if extra:
-                raw += os.pread(data_file.fd, extra, HEADER_BYTES)
-            return data_file, _parse(raw, path)
+            return data_file, read_header_at(data_file.fd, path)
         except BaseException:
             data_file.close()
             raise
