@@ -18,8 +18,7 @@ from . import _native
 from .arrays import exclusive_cumsum
 from .deserializer import DenseStream, Deserializer, SparseStream
 from .errors import ConfigError
-from .formats.cbf import PRECISIONS
-from .streams import StreamInformation
+from .streams import StreamInformation, parse_precision
 
 DEFAULT_CBF_CHUNK_SIZE_IN_BYTES = 32 * 1024 * 1024
 MAGIC = 0x636E746B5F62696E
@@ -92,9 +91,7 @@ def write_cbf(
 
 def _output_dtype(info: StreamInformation, precision: str | None) -> np.dtype[Any]:
     if precision is not None:
-        if str(precision).lower() not in PRECISIONS:
-            raise ConfigError(f"precision must be 'float' or 'double', got {precision!r}")
-        return PRECISIONS[str(precision).lower()]
+        return parse_precision(precision)
     if info.dtype not in (np.float32, np.float64):
         raise ConfigError(f"stream '{info.name}' is {info.dtype}; CBF holds float32 or float64 (set precision)")
     return info.dtype

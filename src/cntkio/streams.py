@@ -138,6 +138,16 @@ class StreamConfiguration:
         )
 
 
+def parse_precision(precision: str) -> np.dtype[Any]:
+    """The value type of ``precision``: ``'float'`` (float32) or ``'double'`` (float64), any case."""
+    normalized = str(precision).lower()
+    if normalized in ("float", "float32"):
+        return np.dtype(np.float32)
+    if normalized in ("double", "float64"):
+        return np.dtype(np.float64)
+    raise ConfigError(f"precision must be 'float' or 'double', got {precision!r}")
+
+
 def iter_stream_defs(streams: Any) -> Iterator[tuple[str, StreamDef]]:
     """Yields (name, StreamDef) from a StreamDefs record, a mapping of names to StreamDef, or a list of
     legacy StreamConfiguration."""

@@ -12,10 +12,8 @@ from ..arrays import narrow_lengths
 from ..deserializer import DenseStream, IndexedDeserializer, ParsedChunk, SequenceIndex, SparseStream
 from ..errors import ConfigError, FormatError, Location
 from ..keys import RangeKeys
-from ..streams import StreamInformation, iter_stream_defs
+from ..streams import StreamInformation, iter_stream_defs, parse_precision
 from .data_file import DataFile, FileBacked
-
-PRECISIONS: dict[str, np.dtype[Any]] = {"float": np.dtype(np.float32), "double": np.dtype(np.float64)}
 
 
 class CBFDeserializer(FileBacked, IndexedDeserializer):
@@ -96,9 +94,7 @@ class CBFDeserializer(FileBacked, IndexedDeserializer):
             renamed[number] = name
         wanted = None
         if precision is not None:
-            if str(precision).lower() not in PRECISIONS:
-                raise ConfigError(f"precision must be 'float' or 'double', got {precision!r}")
-            wanted = PRECISIONS[str(precision).lower()]
+            wanted = parse_precision(precision)
         infos = []
         for number, (name, sparse, is_double, dim) in enumerate(stored):
             dtype = np.dtype(np.float64 if is_double else np.float32)

@@ -15,7 +15,7 @@ from .. import _native
 from ..deserializer import DenseStream, IndexedDeserializer, ParsedChunk, SequenceIndex, SparseStream
 from ..errors import ConfigError, ErrorBudget, FormatError, Location
 from ..keys import KeyColumn, NumericKeys, TextKeys
-from ..streams import StreamInformation, iter_stream_defs
+from ..streams import StreamInformation, iter_stream_defs, parse_precision
 from .data_file import DataFile, FileBacked
 
 logger = logging.getLogger("cntkio")
@@ -55,15 +55,6 @@ class _Stream:
     dim: int
     sparse: bool
     defines_mb_size: bool
-
-
-def _parse_precision(precision: str) -> np.dtype[Any]:
-    normalized = str(precision).lower()
-    if normalized in ("float", "float32"):
-        return np.dtype(np.float32)
-    if normalized in ("double", "float64"):
-        return np.dtype(np.float64)
-    raise ConfigError(f"precision must be 'float' or 'double', got {precision!r}")
 
 
 def _streams_from_defs(streams: Any) -> list[_Stream]:
@@ -141,7 +132,7 @@ class CTFDeserializer(FileBacked, IndexedDeserializer):
             },
         )  # fmt: skip
         self._streams = _streams_from_defs(streams)
-        self.dtype = _parse_precision(precision)
+        self.dtype = parse_precision(precision)
         if int(chunk_size_in_bytes) <= 0:
             raise ConfigError(f"chunk_size_in_bytes must be positive, got {chunk_size_in_bytes}")
         self.chunk_size_in_bytes = int(chunk_size_in_bytes)

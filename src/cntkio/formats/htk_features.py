@@ -20,13 +20,12 @@ from ..deserializer import DenseStream, IndexedDeserializer, ParsedChunk, Sequen
 from ..errors import ConfigError, ErrorBudget, FormatError, Location
 from ..htk import HTKHeader, read_header_at
 from ..keys import TextKeys
-from ..streams import StreamInformation, iter_stream_defs
+from ..streams import StreamInformation, iter_stream_defs, parse_precision
 from .data_file import DataFile, FileBacked
 from .scp import ScpIndex, parse_scp
 
 logger = logging.getLogger("cntkio")
 
-PRECISIONS: dict[str, np.dtype[Any]] = {"float": np.dtype(np.float32), "double": np.dtype(np.float64)}
 DEFAULT_CHUNK_FRAMES = 90000
 SHOWN_KEYS = 5
 
@@ -127,9 +126,7 @@ class HTKFeatureDeserializer(FileBacked, IndexedDeserializer):
             raise ConfigError(f"stream '{name}': shape (the per-frame dimension) is required")
         self._config_dim = definition.dim()
         self._context = _context(definition.context, name)
-        if str(precision).lower() not in PRECISIONS:
-            raise ConfigError(f"precision must be 'float' or 'double', got {precision!r}")
-        self.dtype = PRECISIONS[str(precision).lower()]
+        self.dtype = parse_precision(precision)
         if chunk_frames < 1:
             raise ConfigError(f"chunk_frames must be >= 1, got {chunk_frames}")
         self.chunk_frames = int(chunk_frames)

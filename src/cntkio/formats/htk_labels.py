@@ -16,12 +16,11 @@ import numpy as np
 from ..arrays import narrow_lengths
 from ..deserializer import IndexedDeserializer, SequenceIndex, SparseStream, StreamData
 from ..errors import ConfigError, FormatError, Location
-from ..streams import StreamInformation, iter_stream_defs
+from ..streams import StreamInformation, iter_stream_defs, parse_precision
 from .mlf import InvalidEntry, MlfIndex, parse_mlf, read_state_list
 
 logger = logging.getLogger("cntkio")
 
-PRECISIONS: dict[str, np.dtype[Any]] = {"float": np.dtype(np.float32), "double": np.dtype(np.float64)}
 
 #: Bytes a parsed frame takes besides its value: an int32 column index and an int64 row pointer.
 _FRAME_OVERHEAD_BYTES = 12
@@ -118,9 +117,7 @@ class HTKMLFDeserializer(IndexedDeserializer):
         if definition.shape is None:
             raise ConfigError(f"HTKMLFDeserializer: stream '{name}' needs shape=NUMBER_OF_STATES")
         dim = definition.dim()
-        if str(precision).lower() not in PRECISIONS:
-            raise ConfigError(f"precision must be 'float' or 'double', got {precision!r}")
-        dtype = PRECISIONS[str(precision).lower()]
+        dtype = parse_precision(precision)
         if isinstance(chunk_size_in_bytes, bool) or not isinstance(chunk_size_in_bytes, (int, np.integer)):
             raise ConfigError(f"chunk_size_in_bytes must be a positive integer, got {chunk_size_in_bytes!r}")
         if chunk_size_in_bytes <= 0:

@@ -26,8 +26,7 @@ from ..arrays import narrow_lengths
 from ..deserializer import DenseStream, IndexedDeserializer, ParsedChunk, SequenceIndex, SparseStream
 from ..errors import ConfigError, ErrorBudget, FormatError, Location
 from ..keys import KeyColumn, NumericKeys
-from ..streams import StreamInformation, iter_stream_defs
-from .ctf import _parse_precision
+from ..streams import StreamInformation, iter_stream_defs, parse_precision
 from .data_file import DataFile, FileBacked
 
 logger = logging.getLogger("cntkio")
@@ -178,7 +177,7 @@ class RecordDeserializer(FileBacked, IndexedDeserializer):
         self.decode = decode
         self.decode_chunk = decode_chunk
         self.chunk_size_in_bytes = int(chunk_size_in_bytes)
-        self.dtype = _parse_precision(precision)
+        self.dtype = parse_precision(precision)
         self.trace_level = int(trace_level)
         self.errors = ErrorBudget(int(max_errors), self.trace_level)
         self.skip_blank_lines = bool(skip_blank_lines)
