@@ -4,7 +4,7 @@ Drop-in for ``cntk.io``: ``from cntkio import MinibatchSource, CTFDeserializer, 
 """
 
 from .convert import write_cbf
-from .deserializer import ChunkIndex, DenseStream, Deserializer, SparseStream
+from .deserializer import ChunkIndex, DenseStream, Deserializer, DeserializerGroup, SparseStream
 from .errors import CNTKIOError, ConfigError, FormatError, Location, MaxErrorsExceeded
 from .formats.cbf import CBFDeserializer
 from .formats.ctf import CTFDeserializer
@@ -37,6 +37,7 @@ __all__ = [
     "ConfigError",
     "DenseStream",
     "Deserializer",
+    "DeserializerGroup",
     "DeserializerJoin",
     "FormatError",
     "HTKFeatureDeserializer",

@@ -74,6 +74,7 @@ class ChunkStore:
     ) -> None: ...
     def clear(self, deserializer: int, index: int) -> None: ...
     def set_lookup(self, deserializer: int, match: np.ndarray, chunk_starts: np.ndarray) -> None: ...
+    def set_broadcast(self, deserializer: int) -> None: ...
     def set_caps(self, caps: np.ndarray | None) -> None: ...
     def gather(
         self, chunk: np.ndarray, unit: np.ndarray, offset: np.ndarray | None, count: np.ndarray | None, kind: int
@@ -86,3 +87,21 @@ def crc32c(data: bytes, crc: int = 0, portable: bool = False) -> int: ...
 
 # MLF parser (src/native/mlf_bindings.cpp)
 def mlf_parse(fd: int, size: int, states: list[str] | None, dim: int, block: int = ...) -> dict[str, Any]: ...
+
+# HTK frames (src/native/htk_bindings.cpp)
+def htk_read(
+    fds: np.ndarray,
+    swap: np.ndarray,
+    data_offsets: np.ndarray,
+    scale: np.ndarray,
+    bias: np.ndarray,
+    compressed: bool,
+    dim: int,
+    run_files: np.ndarray,
+    run_first: np.ndarray,
+    run_frames: np.ndarray,
+    seq_offsets: np.ndarray,
+    left: int,
+    right: int,
+    as_double: bool,
+) -> tuple[np.ndarray | None, tuple[int, int] | None]: ...

@@ -43,6 +43,8 @@ class ChunkCache:
         )
         for number, match in enumerate(corpus.matches, start=1):
             self.store.set_lookup(number, match, corpus.deserializers[number].sequence_index().chunk_starts)
+            if corpus.deserializers[number].broadcast:
+                self.store.set_broadcast(number)
         if corpus.caps is not None:
             self.store.set_caps(corpus.caps)
         self._futures: dict[Key, Future[None]] = {}

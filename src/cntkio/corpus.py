@@ -11,7 +11,7 @@ secondary, the sequence holding its key.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -63,6 +63,7 @@ class Corpus:
                 if info.stream_id != len(self.streams):  # ids number the streams of every deserializer
                     info = dataclasses.replace(info, stream_id=len(self.streams))
                 self.streams.append(info)
+        _check_broadcast(deserializers)
         index = self.primary.sequence_index()
         first, stop = data_slice if data_slice is not None else (0, index.num_sequences)
         self.first_sequence = first
@@ -217,3 +218,23 @@ class Corpus:
             self.num_chunks,
             self.sweep_size,
         ]
+
+
+def _check_broadcast(deserializers: Sequence[Deserializer]) -> None:
+    """A broadcast deserializer is a secondary whose every sequence holds one sample (and defines nothing)."""
+    for number, deserializer in enumerate(deserializers):
+        if not deserializer.broadcast:
+            continue
+        name = deserializer.source_name
+        if number == 0:
+            raise ConfigError(f"{name}: a broadcast deserializer cannot be the primary (put it after the one it joins)")
+        if any(info.defines_mb_size for info in deserializer.stream_infos()):
+            raise ConfigError(f"{name}: a broadcast deserializer cannot define the minibatch size")
+        index = deserializer.sequence_index()
+        wrong = np.flatnonzero(np.asarray(index.lengths) != 1)
+        if len(wrong):
+            key = index.keys.take(wrong[:1])[0]
+            raise ConfigError(
+                f"{name}: a broadcast deserializer needs exactly one sample in every sequence; {len(wrong)} "
+                f"sequence(s) differ, the first is {key!r} with {int(index.lengths[wrong[0]])}"
+            )

@@ -128,6 +128,11 @@ class Deserializer(abc.ABC):
     #: once: ``"first"`` (in index order) or ``"last"`` (CNTK's image map files kept the last line).
     duplicate_key_copy: str = "first"
 
+    #: ``True``: every sequence holds exactly one sample, which a minibatch repeats to the length of the joined
+    #: primary sequence (every frame of it in frame mode) — CNTK's ``expandToUtterance``, e.g. an utterance's
+    #: i-vector beside its frames. Only a secondary deserializer may broadcast.
+    broadcast: bool = False
+
     @abc.abstractmethod
     def stream_infos(self) -> list[StreamInformation]:
         """The streams this deserializer produces, in order."""
@@ -177,6 +182,29 @@ class Deserializer(abc.ABC):
     def source_name(self) -> str:
         """Names the data in provenance records (a file name for file formats)."""
         return str(getattr(self, "filename", type(self).__name__))
+
+
+class DeserializerGroup(tuple):  # type: ignore[type-arg]
+    """Several deserializers made by one call (``HTKFeatureDeserializer`` with several streams gives one per
+    stream, as CNTK did). :class:`~cntkio.MinibatchSource` takes a group as if its deserializers were listed one
+    by one, in order.
+
+    Example::
+
+        features = HTKFeatureDeserializer(StreamDefs(mfcc=StreamDef(shape=13, scp="a.scp"),
+                                                     ivector=StreamDef(shape=100, scp="iv.scp", broadcast=True)))
+        source = MinibatchSource([features, labels])  # = [mfcc reader, ivector reader, labels]
+    """
+
+
+def flatten_deserializers(deserializers: Any) -> list[Deserializer]:
+    """A deserializer, or a sequence of deserializers and groups, as a flat list."""
+    if isinstance(deserializers, Deserializer):
+        return [deserializers]
+    flat: list[Deserializer] = []
+    for item in deserializers:
+        flat.extend(item if isinstance(item, DeserializerGroup) else [item])
+    return flat
 
 
 class IndexedDeserializer(Deserializer):

@@ -20,7 +20,7 @@ from .chunk_cache import ChunkCache
 from .corpus import Corpus
 from .cursor import Cursor, Selection
 from .data_slice import parse_slice
-from .deserializer import Deserializer
+from .deserializer import Deserializer, DeserializerGroup, flatten_deserializers
 from .errors import ConfigError
 from .join import JoinReport, LengthMismatch
 from .minibatch import Minibatch, MinibatchData
@@ -73,7 +73,7 @@ class MinibatchSource:
 
     def __init__(
         self,
-        deserializers: Deserializer | Sequence[Deserializer],
+        deserializers: Deserializer | Sequence[Deserializer | DeserializerGroup],
         max_samples: int = INFINITELY_REPEAT,
         max_sweeps: int = INFINITELY_REPEAT,
         randomization_window_in_chunks: int = DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS,
@@ -93,7 +93,7 @@ class MinibatchSource:
         length_mismatch: LengthMismatch | str = LengthMismatch.PAD,
     ):
         self._closed = True  # until construction succeeds
-        deserializers = [deserializers] if isinstance(deserializers, Deserializer) else list(deserializers)
+        deserializers = flatten_deserializers(deserializers)
         if not deserializers:
             raise ConfigError("at least one deserializer is required")
         if not _is_unbounded(max_samples) and not _is_unbounded(max_sweeps):

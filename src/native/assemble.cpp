@@ -59,6 +59,7 @@ Store::Store(std::vector<std::vector<ColumnSpec>> layouts, std::vector<int64_t> 
     slots_.emplace_back(static_cast<size_t>(count));
   }
   lookups_.resize(layouts_.size());
+  broadcast_.assign(layouts_.size(), 0);
 }
 
 void Store::load(size_t d, int64_t index, std::shared_ptr<Slot> slot) {
@@ -96,6 +97,12 @@ void Store::set_lookup(size_t d, Lookup lookup) {
   lookups_[d] = std::move(lookup);
 }
 
+void Store::set_broadcast(size_t d) {
+  if (d == 0 || d >= layouts_.size()) throw std::invalid_argument("only a secondary deserializer can be broadcast");
+  std::lock_guard<std::mutex> lock(mutex_);
+  broadcast_[d] = 1;
+}
+
 void Store::set_caps(const int64_t* caps, int64_t sequences, std::shared_ptr<void> owner) {
   std::lock_guard<std::mutex> lock(mutex_);
   caps_ = caps;
@@ -112,6 +119,7 @@ GatherResult Store::gather(const Request& request) const {
   std::vector<int64_t> rows(chunks.size()), firsts(n), takes(n), sequences(n);
   std::vector<std::shared_ptr<const Slot>> held;  // kept alive while copying, after the lock is released
   std::vector<int64_t> ids(n);
+  std::vector<uint8_t> broadcast;
   auto hold = [&](size_t d, std::vector<int64_t> wanted) {  // holds the loaded slots, lists the others
     std::sort(wanted.begin(), wanted.end());
     wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
@@ -126,6 +134,7 @@ GatherResult Store::gather(const Request& request) const {
   };
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    broadcast = broadcast_;
     const auto& table = slots_[0];
     for (int64_t i = 0; i < n; ++i) {
       ids[i] = request.chunk[i];
@@ -210,16 +219,26 @@ GatherResult Store::gather(const Request& request) const {
       result.keep[i] = 0;
     }
     const int64_t cap = caps_ && takes[i] < 0 && sequences[i] < caps_size_ ? caps_[sequences[i]] : -1;
+    int64_t primary_count = 0;  // what a broadcast sample is repeated to: the most the primary's streams give
     for (size_t s = 0; s < num_streams; ++s) {
       const size_t d = part_of[s];
       const int64_t row = rows[i * num_parts + d];
       const Column& c = chunks[i * num_parts + d]->columns[column_of[s]];
       const int64_t length = c.seq_offsets[row + 1] - c.seq_offsets[row];
       const size_t at = static_cast<size_t>(i) * num_streams + s;
-      samples_at[at] = c.seq_offsets[row] + firsts[i];
+      const bool repeated = broadcast[d] != 0;
+      samples_at[at] = c.seq_offsets[row] + (repeated ? 0 : firsts[i]);
       if (c.sparse) __builtin_prefetch(c.indptr + samples_at[at]);
       if (invalid) {
         counts[at] = 0;
+      } else if (repeated) {
+        if (length < 1) {
+          result.short_unit = i;
+          result.short_stream = static_cast<int32_t>(s);
+          result.short_row = row;
+          return result;
+        }
+        counts[at] = primary_count;
       } else if (takes[i] < 0) {
         counts[at] = cap >= 0 ? std::min(length, cap) : length;
       } else if (firsts[i] + takes[i] > length) {
@@ -230,6 +249,7 @@ GatherResult Store::gather(const Request& request) const {
       } else {
         counts[at] = takes[i];
       }
+      if (d == 0) primary_count = std::max(primary_count, counts[at]);
     }
   }
   auto kept = [&](int64_t i) { return result.keep.empty() || result.keep[i]; };
@@ -239,7 +259,7 @@ GatherResult Store::gather(const Request& request) const {
     StreamOut& out = result.streams[s];
     const size_t d = part_of[s];
     const int64_t itemsize = layout[s].itemsize, width = layout[s].width;
-    const bool sparse = layout[s].sparse;
+    const bool sparse = layout[s].sparse, repeated = broadcast[d] != 0;
     int64_t samples = 0, entries = 0;
     for (int64_t i = 0; i < n; ++i) {
       if (!kept(i)) continue;
@@ -251,7 +271,7 @@ GatherResult Store::gather(const Request& request) const {
         const int64_t a = c.indptr[sample];
         __builtin_prefetch(c.values + a * itemsize);
         __builtin_prefetch(c.indices + a);
-        entries += c.indptr[sample + count] - a;
+        entries += repeated ? count * (c.indptr[sample + 1] - a) : c.indptr[sample + count] - a;
       } else {
         __builtin_prefetch(c.values + sample * width * itemsize);
       }
@@ -272,7 +292,21 @@ GatherResult Store::gather(const Request& request) const {
       const size_t at = static_cast<size_t>(i) * num_streams + s;
       const int64_t count = counts[at], sample = samples_at[at];
       out.lengths.push_back(count);
-      if (sparse) {
+      if (repeated) {  // one sample, `count` times
+        const int64_t a = sparse ? c.indptr[sample] : 0, b = sparse ? c.indptr[sample + 1] : 0;
+        const int64_t row_bytes = width * itemsize;
+        for (int64_t r = 0; r < count; ++r) {
+          if (sparse) {
+            std::memcpy(out.values.data() + entry_at * itemsize, c.values + a * itemsize, static_cast<size_t>((b - a) * itemsize));
+            std::memcpy(out.indices.data() + entry_at, c.indices + a, static_cast<size_t>(b - a) * sizeof(int32_t));
+            entry_at += b - a;
+            out.indptr[sample_at + r + 1] = entry_at;
+          } else {
+            std::memcpy(out.values.data() + (sample_at + r) * row_bytes, c.values + sample * row_bytes,
+                        static_cast<size_t>(row_bytes));
+          }
+        }
+      } else if (sparse) {
         const int64_t a = c.indptr[sample], b = c.indptr[sample + count];
         std::memcpy(out.values.data() + entry_at * itemsize, c.values + a * itemsize, static_cast<size_t>((b - a) * itemsize));
         std::memcpy(out.indices.data() + entry_at, c.indices + a, static_cast<size_t>(b - a) * sizeof(int32_t));

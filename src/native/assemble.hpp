@@ -108,6 +108,9 @@ class Store {
   void clear(size_t d, int64_t index);
   // Secondary d's link to the corpus (d >= 1).
   void set_lookup(size_t d, Lookup lookup);
+  // Secondary d holds one sample per sequence, repeated to the length of the primary's sequence (CNTK's
+  // expandToUtterance: an utterance's i-vector beside its frames); in frame mode every frame gets it.
+  void set_broadcast(size_t d);
   // Per corpus sequence, the most samples a whole sequence takes from any stream (truncation); none if null.
   void set_caps(const int64_t* caps, int64_t sequences, std::shared_ptr<void> owner);
 
@@ -121,6 +124,7 @@ class Store {
   std::vector<std::vector<ColumnSpec>> layouts_;
   std::vector<std::vector<std::shared_ptr<const Slot>>> slots_;
   std::vector<Lookup> lookups_;
+  std::vector<uint8_t> broadcast_;  // per deserializer
   const int64_t* caps_ = nullptr;
   int64_t caps_size_ = 0;
   std::shared_ptr<void> caps_owner_;

@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "buffer.hpp"
+
 namespace cntkio::cbf {
 
 constexpr uint64_t kMagic = 0x636E746B5F62696EULL;  // "nib_ktnc" on disk
@@ -44,30 +46,6 @@ Header read_header(int fd, int64_t size);
 
 // Every sequence's length (the seqLength tables of all chunks), checked against the chunk table.
 std::vector<uint32_t> read_lengths(int fd, const Header& header);
-
-// An allocator that leaves new elements uninitialised: output arrays are written once, by the decoder,
-// so zero-filling them first would be a wasted pass over memory (and their unused tail is never touched).
-template <class T>
-struct NoInit : std::allocator<T> {
-  template <class U>
-  struct rebind {
-    using other = NoInit<U>;
-  };
-  NoInit() = default;
-  template <class U>
-  NoInit(const NoInit<U>&) noexcept {}
-  template <class U>
-  void construct(U* p) noexcept {
-    ::new (static_cast<void*>(p)) U;
-  }
-  template <class U, class... Args>
-  void construct(U* p, Args&&... args) {
-    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
-  }
-};
-
-template <class T>
-using Buffer = std::vector<T, NoInit<T>>;
 
 struct Column {  // one stream of a decoded chunk
   Buffer<char> values;          // dense: samples x dim values; sparse: nnz values

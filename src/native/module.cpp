@@ -447,6 +447,14 @@ class ChunkStore {
     }
   }
 
+  void set_broadcast(size_t d) {
+    try {
+      store_->set_broadcast(d);
+    } catch (const std::invalid_argument& e) {
+      throw nb::value_error(e.what());
+    }
+  }
+
   void set_caps(std::optional<OffsetArray> caps) {
     if (!caps) {
       store_->set_caps(nullptr, 0, nullptr);
@@ -675,11 +683,13 @@ nb::list cbf_encode(const nb::list& columns, int64_t first, int64_t last) {
 
 void bind_records(nb::module_& m);  // records_bindings.cpp
 void bind_mlf(nb::module_& m);      // mlf_bindings.cpp
+void bind_htk(nb::module_& m);      // htk_bindings.cpp
 
 NB_MODULE(_native, m) {
   m.doc() = "Native core of cntkio: CTF indexer and parser, minibatch assembly, CNTK block randomization.";
   bind_records(m);
   bind_mlf(m);
+  bind_htk(m);
   cbf_error_type = nb::exception<cbf::CbfError>(m, "CbfError", PyExc_ValueError);
   nb::class_<CbfFile>(m, "CbfFile")
       .def(nb::init<int, int64_t>(), "fd"_a, "size"_a)
@@ -714,6 +724,8 @@ NB_MODULE(_native, m) {
            "row0"_a, "rows"_a.none(), "first_unit"_a, "first_sequence"_a, "frame_starts"_a.none())
       .def("clear", &ChunkStore::clear, "deserializer"_a, "index"_a)
       .def("set_lookup", &ChunkStore::set_lookup, "deserializer"_a, "match"_a, "chunk_starts"_a)
+      .def("set_broadcast", &ChunkStore::set_broadcast, "deserializer"_a,
+           "Secondary `deserializer` holds one sample per sequence, repeated to the primary's length.")
       .def("set_caps", &ChunkStore::set_caps, "caps"_a.none())
       .def("gather", &ChunkStore::gather, "chunk"_a, "unit"_a, "offset"_a.none(), "count"_a.none(), "kind"_a);
 }

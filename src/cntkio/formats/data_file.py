@@ -107,3 +107,16 @@ def reopen(cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any], expected: li
                 Location(file.path, 0),
             )
     return reader
+
+
+def rebuild_unchanged(cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any], fingerprint: list[Any]) -> Any:
+    """Unpickles a deserializer built from its arguments: builds it again (reading its files), refusing it when
+    its :meth:`fingerprint` differs from the pickled one (the files changed meanwhile)."""
+    reader = cls(*args, **kwargs)
+    if reader.fingerprint() != fingerprint:
+        reader.close()
+        raise FormatError(
+            "the data changed since the deserializer was pickled; build a new one to read the new contents",
+            Location(reader.source_name, 0),
+        )
+    return reader

@@ -1,33 +1,41 @@
 """HTK feature deserializer: utterances listed in SCP files, read by ``pread`` from HTK archives (spec §1).
 
 The index is built from the SCP file(s) (:func:`cntkio.formats.scp.parse_scp`) and the header of every distinct
-physical file (each opened once and kept open). Frames are read by offset when a chunk is parsed, decoded with
-NumPy (byte swap, or ``(short + B) / A`` for compressed ``_C`` data) and the context window is applied to the
-whole chunk with one gather.
+physical file. Frames are read by offset when a chunk is parsed and decoded natively with the GIL released (byte
+swap, or ``(short + B) / A`` for compressed ``_C`` data, then the context window). Files are opened when a chunk
+needs them, and a bounded number stays open.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import logging
 import os
+import sys
+import threading
+from array import array
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from .. import _native
 from ..arrays import narrow_lengths
-from ..deserializer import DenseStream, IndexedDeserializer, ParsedChunk, SequenceIndex
+from ..deserializer import DenseStream, DeserializerGroup, IndexedDeserializer, ParsedChunk, SequenceIndex
 from ..errors import ConfigError, ErrorBudget, FormatError, Location
 from ..htk import HTKHeader, read_header_at
 from ..keys import TextKeys
-from ..streams import StreamInformation, iter_stream_defs, parse_precision
-from .data_file import DataFile, FileBacked
+from ..streams import StreamDefs, StreamInformation, iter_stream_defs, parse_precision
+from .data_file import DataFile, rebuild_unchanged
 from .scp import ScpIndex, parse_scp
 
 logger = logging.getLogger("cntkio")
 
 DEFAULT_CHUNK_FRAMES = 90000
 SHOWN_KEYS = 5
+MAX_OPEN_FILES = 256
 
 
 def _context(value: Any, name: str) -> tuple[int, int] | None:
@@ -57,32 +65,152 @@ def _describe_kind(header: HTKHeader) -> str:
     )
 
 
-class HTKFeatureDeserializer(FileBacked, IndexedDeserializer):
-    """Reads HTK features of utterances listed in SCP files, one stream (``cntk.io.HTKFeatureDeserializer``).
+class _OpenFiles:
+    """The HTK files of a deserializer, opened when a chunk needs them and kept open up to ``limit`` (least
+    recently used closed first; files a chunk is reading are never closed). A reopened file must have the size
+    and modification time it had when it was indexed. Thread-safe."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.paths: list[str] = []
+        self._sizes = array("q")  # size and modification time (ns) of each file when it was indexed
+        self._mtimes = array("q")
+        self._open: OrderedDict[int, DataFile] = OrderedDict()
+        self._pins: dict[int, int] = {}
+        self._lock = threading.Lock()
+        self.closed = False
+
+    def add(self, data_file: DataFile) -> int:
+        """Records a file opened while indexing (its identity is the reference), keeps it open if there is room;
+        returns its number."""
+        file_id = len(self.paths)
+        self.paths.append(data_file.path)
+        self._sizes.append(data_file.identity[2])
+        self._mtimes.append(data_file.identity[3])
+        with self._lock:
+            self._open[file_id] = data_file
+            self._trim()
+        return file_id
+
+    def identities(self) -> bytes:
+        """Every file's size and modification time, as bytes (for fingerprints)."""
+        return self._sizes.tobytes() + self._mtimes.tobytes()
+
+    def acquire(self, file_id: int) -> DataFile:
+        """The file, open and checked unchanged since it was indexed, pinned until :meth:`release`."""
+        with self._lock:
+            if self.closed:
+                raise ValueError(f"{self.paths[file_id]}: the deserializer is closed")
+            self._pins[file_id] = self._pins.get(file_id, 0) + 1
+        try:
+            return self._get(file_id)
+        except BaseException:
+            self.release([file_id])
+            raise
+
+    def release(self, file_ids: list[int]) -> None:
+        with self._lock:
+            for file_id in file_ids:
+                left = self._pins[file_id] - 1
+                if left:
+                    self._pins[file_id] = left
+                else:
+                    del self._pins[file_id]
+            self._trim()
+
+    def _get(self, file_id: int) -> DataFile:
+        with self._lock:
+            data_file = self._open.get(file_id)
+            if data_file is not None:
+                self._open.move_to_end(file_id)
+        if data_file is not None:
+            data_file.check_unchanged("indexed")
+            return data_file
+        path = self.paths[file_id]
+        data_file = DataFile(path, "HTK")
+        size, mtime = self._sizes[file_id], self._mtimes[file_id]
+        if (data_file.identity[2], data_file.identity[3]) != (size, mtime):
+            data_file.close()
+            raise FormatError(
+                f"the file changed since it was indexed (size {size} -> {data_file.size} bytes or a new "
+                "modification time); build a new deserializer to read the new contents",
+                Location(path, 0),
+            )
+        with self._lock:
+            other = self._open.get(file_id)
+            if other is not None:  # opened meanwhile by another thread
+                data_file.close()
+                return other
+            self._open[file_id] = data_file
+        return data_file
+
+    def _trim(self) -> None:
+        """Closes the least recently used unpinned files beyond the limit (called with the lock held)."""
+        excess = len(self._open) - self.limit
+        if excess <= 0:
+            return
+        for file_id in [f for f in self._open if f not in self._pins][:excess]:
+            self._open.pop(file_id).close()
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed = True
+            for data_file in self._open.values():
+                data_file.close()
+            self._open.clear()
+
+
+def _open_file_limit() -> int:
+    """How many HTK files a deserializer keeps open: a quarter of the process's file limit, at most 256."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        soft = 1024
+    if soft == getattr(resource, "RLIM_INFINITY", -1) or soft <= 0:
+        soft = 1024
+    return max(4, min(MAX_OPEN_FILES, soft // 4))
+
+
+class HTKFeatureDeserializer(IndexedDeserializer):
+    """Reads HTK features of utterances listed in SCP files (``cntk.io.HTKFeatureDeserializer``).
 
     Args:
-        streams: ``StreamDefs(name=StreamDef(shape=DIM, scp=PATH_OR_LIST, context=(LEFT, RIGHT)))`` with exactly
-            one stream. ``DIM`` is the per-frame dimension and must equal the files' (with ``context=None``, a
-            ``DIM`` that is an odd multiple ``w`` of the file's dimension selects the window ``(w//2, w//2)``,
-            as CNTK inferred it). Output frames hold ``DIM * (1 + LEFT + RIGHT)`` values: frames
-            ``t-LEFT .. t+RIGHT``, edge frames repeated. ``max_sequence_length`` (default: no limit):
-            longer utterances are skipped (reported). ``defines_mb_size`` is passed on.
+        streams: ``StreamDefs(name=StreamDef(shape=DIM, scp=PATH_OR_LIST, context=(LEFT, RIGHT)))``. ``DIM`` is
+            the per-frame dimension and must equal the files' (with ``context=None``, a ``DIM`` that is an odd
+            multiple ``w`` of the file's dimension selects the window ``(w//2, w//2)``, as CNTK inferred it).
+            Output frames hold ``DIM * (1 + LEFT + RIGHT)`` values: frames ``t-LEFT .. t+RIGHT``, edge frames
+            repeated. ``max_sequence_length`` (default: no limit): longer utterances are skipped (reported).
+            ``defines_mb_size`` is passed on. ``broadcast=True`` (CNTK's ``expandToUtterance``): every SCP entry
+            holds one frame (an i-vector, say), repeated to the length of the joined primary utterance; such a
+            deserializer must follow the one it is joined to. Several streams give several deserializers (one
+            per stream, joined by key): the call then returns a :class:`~cntkio.DeserializerGroup`, which
+            :class:`~cntkio.MinibatchSource` takes as if they were listed one by one.
         prefix_path: CNTK's ``prefixPathInSCP`` (put in front of every physical path).
         precision: ``'float'`` (float32) or ``'double'`` (float64).
-        max_errors: bad utterances (a range past the end of its file, an archive that cannot be opened or whose
-            header is invalid) tolerated: skipped and counted. With 0 the first one raises a
+        max_errors: bad utterances (a range past the end of its file or reversed, an archive that cannot be
+            opened or whose header is invalid) tolerated: skipped and counted. With 0 the first one raises a
             :class:`~cntkio.FormatError` naming the SCP file, its line and the utterance.
         chunk_frames: a new chunk starts when the current one holds more than this many frames.
 
     Keys are the logical names without their extension (text keys). Unranged entries (``name=path``) read the
     whole file, its frame count taken from its header. Every file must have the same kind (parmKind,
-    dimension, period).
+    dimension, period); each file's byte order is detected on its own. Files are read by offset (``pread``),
+    decoded and expanded natively with the GIL released; at most a quarter of the process's open-file limit
+    (up to 256) stays open, so a corpus of one file per utterance needs no raised limit.
 
     Example::
 
         features = HTKFeatureDeserializer(StreamDefs(feats=StreamDef(shape=40, scp="train.scp", context=(5, 5))))
         source = MinibatchSource(features, frame_mode=True)
     """
+
+    def __new__(cls, streams: Any, **kwargs: Any) -> Any:
+        definitions = list(iter_stream_defs(streams))
+        if len(definitions) > 1:  # one deserializer per stream, like CNTK
+            return DeserializerGroup(cls(StreamDefs(**{name: d}), **kwargs) for name, d in definitions)
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -105,25 +233,21 @@ class HTKFeatureDeserializer(FileBacked, IndexedDeserializer):
             },
         )
         self.trace_level = int(trace_level)
-        self._files: list[DataFile] = []
+        self._files = _OpenFiles(_open_file_limit())
         definitions = list(iter_stream_defs(streams))
         if len(definitions) != 1:
-            raise ConfigError(
-                f"HTKFeatureDeserializer reads one stream, got {len(definitions)} "
-                f"({', '.join(n for n, _ in definitions) or 'none'}); pass one deserializer per stream for now"
-            )
+            raise ConfigError("HTKFeatureDeserializer needs at least one stream")
         self.stream_name, definition = definitions[0]
         name = self.stream_name
         if definition.field is not None:
             raise ConfigError(f"stream '{name}': field must be None for HTK features")
-        if definition.broadcast:
-            raise ConfigError(f"stream '{name}': broadcast=True (expandToUtterance) is not supported yet")
         if definition.is_sparse:
             raise ConfigError(f"stream '{name}': HTK features are dense")
         if not definition.scp:
             raise ConfigError(f"stream '{name}': scp=PATH_OR_LIST is required")
         if definition.shape is None:
             raise ConfigError(f"stream '{name}': shape (the per-frame dimension) is required")
+        self.broadcast = bool(definition.broadcast)
         self._config_dim = definition.dim()
         self._context = _context(definition.context, name)
         self.dtype = parse_precision(precision)
@@ -156,11 +280,11 @@ class HTKFeatureDeserializer(FileBacked, IndexedDeserializer):
         used, first_use = np.unique(scp.path_ids, return_index=True)
         first_entry = np.full(len(scp.paths), -1, dtype=np.int64)
         first_entry[used] = first_use  # the first entry of each path
-        # open each file, read its header; file_of[path_id] = position in self._files (-1: unusable)
+        # read each file's header; file_of[path_id] = its number among the readable files (-1: unusable)
         file_of = np.full(len(scp.paths), -1, dtype=np.int64)
-        headers: list[HTKHeader] = []
-        frames_in: list[int] = []  # frames each file really holds (nSamples, or fewer if truncated)
-        samples_in: list[int] = []
+        swapped: list[bool] = []
+        samples_in: list[int] = []  # frames each file's header gives
+        frames_in: list[int] = []  # frames each file really holds (fewer if it is truncated)
         reference: tuple[HTKHeader, str] | None = None
         bad: dict[int, str] = {}  # entry -> why it cannot be read (reported in SCP order below)
         for path_id in used.tolist():
@@ -184,9 +308,8 @@ class HTKFeatureDeserializer(FileBacked, IndexedDeserializer):
                     f"'{reference[1]}'; every file of one deserializer must have the same kind",
                     Location(path, 0, sequence_key=scp.keys.take(np.array([first_entry[path_id]]))[0]),
                 )
-            file_of[path_id] = len(self._files)
-            self._files.append(data_file)
-            headers.append(header)
+            file_of[path_id] = self._files.add(data_file)
+            swapped.append(header.big_endian != (sys.byteorder == "big"))
             samples_in.append(header.frames)
             frames_in.append(min(header.frames, max(0, (data_file.size - header.data_offset) // header.sample_size)))
         if reference is None:
@@ -194,7 +317,7 @@ class HTKFeatureDeserializer(FileBacked, IndexedDeserializer):
                 self._bad(scp, i, bad[i])
             raise FormatError("no HTK file could be read", Location(self.filename, 0))
         self.header = reference[0]
-        self._headers = headers
+        self._swap = np.array(swapped, dtype=np.uint8)
         self._configure_dimension(reference[0], reference[1])
 
         file_ids = file_of[scp.path_ids]
@@ -204,16 +327,19 @@ class HTKFeatureDeserializer(FileBacked, IndexedDeserializer):
         available = np.array(frames_in, dtype=np.int64)
         usable = file_ids >= 0
         unranged = usable & (starts < 0)
+        reversed_range = usable & ~unranged & (ends < starts)
         starts[unranged] = 0
         ends[unranged] = samples[file_ids[unranged]] - 1
         safe_ids = np.where(usable, file_ids, 0)
-        past_end = usable & (ends >= samples[safe_ids])
-        truncated = usable & ~past_end & (ends >= available[safe_ids])
-        empty = usable & (ends < starts)  # an unranged empty file (a ranged start > end is refused by parse_scp)
-        for i in np.flatnonzero(past_end | truncated | empty).tolist():
+        past_end = usable & ~reversed_range & (ends >= samples[safe_ids])
+        truncated = usable & ~reversed_range & ~past_end & (ends >= available[safe_ids])
+        empty = unranged & (ends < starts)  # an unranged file without frames
+        for i in np.flatnonzero(reversed_range | past_end | truncated | empty).tolist():
             path = scp.paths[int(scp.path_ids[i])]
             n = int(samples[file_ids[i]])
-            if empty[i]:
+            if reversed_range[i]:
+                reason = f"SCP range [{starts[i]},{ends[i]}] of '{path}': start > end"
+            elif empty[i]:
                 reason = f"HTK file '{path}' holds no frame"
             elif past_end[i]:
                 reason = f"frame range [{starts[i]},{ends[i]}] is past the end of '{path}', which holds {n} frames"
@@ -223,11 +349,18 @@ class HTKFeatureDeserializer(FileBacked, IndexedDeserializer):
                     f"header says {n} frames, {int(available[file_ids[i]])} are there)"
                 )
             bad[i] = reason
-        keep &= ~(past_end | truncated | empty)
+        keep &= ~(reversed_range | past_end | truncated | empty)
+        lengths = ends - starts + 1
+        if self.broadcast:
+            for i in np.flatnonzero(keep & (lengths != 1)).tolist():
+                raise FormatError(
+                    f"stream '{self.stream_name}' has broadcast=True, so every SCP entry must hold exactly one "
+                    f"frame; this one holds {lengths[i]}",
+                    scp.location(i),
+                )
         for i in sorted(bad):
             self._bad(scp, i, bad[i])
 
-        lengths = ends - starts + 1
         too_long = keep & (lengths > (self.max_sequence_length or np.iinfo(np.int64).max))
         self.skipped_too_long = int(too_long.sum())
         if self.skipped_too_long:
@@ -241,10 +374,10 @@ class HTKFeatureDeserializer(FileBacked, IndexedDeserializer):
         kept = np.flatnonzero(keep)
         if len(kept) == 0:
             raise ConfigError(f"{', '.join(self.scp_files)}: no usable utterance")
-        self._file_ids = file_ids[kept].astype(np.int32)
-        self._starts = starts[kept]
+        self._file_ids = _narrow(file_ids[kept])
+        self._starts = _narrow(starts[kept])
         lengths = lengths[kept]
-        keys = scp.keys if len(kept) == count else TextKeys.from_strings(scp.keys.take(kept))
+        keys = scp.keys if len(kept) == count else _take_text_keys(scp.keys, kept)
         self._index = SequenceIndex(_chunk_starts(lengths, self.chunk_frames), narrow_lengths(lengths), keys)
 
     def _open(self, path: str) -> tuple[DataFile, HTKHeader]:
@@ -293,8 +426,14 @@ class HTKFeatureDeserializer(FileBacked, IndexedDeserializer):
 
     # ------------------------------------------------------------------------------- protocol
     def fingerprint(self) -> list[Any]:
-        files = [part for data_file in self._files for part in data_file.fingerprint()]
-        return [type(self).__name__, *[p for f in self._scp_fingerprint for p in f], *files]
+        """The class, the SCP files (names, sizes, modification times), and a digest of every HTK file's name,
+        size and modification time."""
+        digest = hashlib.sha256()
+        for path in self._files.paths:
+            digest.update(os.path.basename(path).encode("utf-8", "surrogateescape") + b"\0")
+        digest.update(self._files.identities())
+        scp = [part for entry in self._scp_fingerprint for part in entry]
+        return [type(self).__name__, *scp, len(self._files.paths), digest.hexdigest()[:32]]
 
     @property
     def source_name(self) -> str:
@@ -303,68 +442,121 @@ class HTKFeatureDeserializer(FileBacked, IndexedDeserializer):
     def get_chunk(self, chunk_id: int) -> ParsedChunk:
         a, b = self._chunk_range(chunk_id)
         file_ids = self._file_ids[a:b]
-        starts = self._starts[a:b]
+        starts = self._starts[a:b].astype(np.int64)
         lengths = np.asarray(self._index.lengths[a:b], dtype=np.int64)
         offsets = np.zeros(b - a + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        for file_id in np.unique(file_ids).tolist():
-            self._files[file_id].check_unchanged("indexed")
-        frames = np.empty((int(offsets[-1]), self.frame_dim), dtype=np.float32)
-        # runs of utterances stored one after the other in the same file are read with one pread
-        breaks = np.flatnonzero((file_ids[1:] != file_ids[:-1]) | (starts[1:] != starts[:-1] + lengths[:-1])) + 1
-        bounds = [0, *breaks.tolist(), b - a]
-        for first, last in zip(bounds[:-1], bounds[1:]):
-            self._read_run(int(file_ids[first]), int(starts[first]), frames[offsets[first] : offsets[last]], a + first)
-        values = self._apply_context(frames, lengths, offsets)
-        if values.dtype != self.dtype:
-            values = values.astype(self.dtype)
-        return ParsedChunk({self.stream_name: DenseStream(values, offsets)})
-
-    def _read_run(self, file_id: int, start: int, out: np.ndarray, sequence: int) -> None:
-        data_file, header = self._files[file_id], self._headers[file_id]
-        count = out.shape[0]
-        offset = header.data_offset + start * header.sample_size
-        size = count * header.sample_size
-        raw = os.pread(data_file.fd, size, offset)
-        if len(raw) < size:  # cannot happen after the index checks unless the file changed under the same mtime
+        # runs of utterances stored one after the other in the same file are read as one
+        first = np.flatnonzero(
+            np.concatenate(([True], (file_ids[1:] != file_ids[:-1]) | (starts[1:] != starts[:-1] + lengths[:-1])))
+        )
+        run_frames = np.add.reduceat(lengths, first) if len(first) else lengths[:0]
+        used, run_files = np.unique(file_ids[first], return_inverse=True)
+        ids = used.tolist()
+        files: list[DataFile] = []
+        try:
+            for file_id, run in zip(ids, np.unique(run_files, return_index=True)[1].tolist()):
+                files.append(self._acquire(file_id, a + int(first[run])))
+            scale = bias = _NO_VECTORS
+            if self.header.compressed:  # each file's A/B vectors, read again with its header
+                headers = [read_header_at(f.fd, f.path) for f in files]
+                scale = np.stack([h.scale for h in headers])  # type: ignore[misc]
+                bias = np.stack([h.bias for h in headers])  # type: ignore[misc]
+            values, short = _native.htk_read(
+                np.array([f.fd for f in files], dtype=np.int32),
+                self._swap[used],
+                np.full(len(ids), self.header.data_offset, dtype=np.int64),
+                scale,
+                bias,
+                self.header.compressed,
+                self.frame_dim,
+                run_files.astype(np.int32),
+                starts[first],
+                run_frames.astype(np.int64),
+                offsets,
+                self.context[0],
+                self.context[1],
+                self.dtype == np.float64,
+            )
+        finally:
+            self._files.release(ids[: len(files)])
+        if short is not None:  # cannot happen after the index checks unless the file changed under the same mtime
+            run, offset = short
             raise FormatError(
-                f"truncated HTK file: {size} bytes needed from offset {offset}, {len(raw)} read",
+                "truncated HTK file: it ended before the frames of this utterance",
                 Location(
-                    data_file.path, offset + len(raw), sequence_key=self._index.keys.take(np.array([sequence]))[0]
+                    files[int(run_files[run])].path,
+                    int(offset),
+                    sequence_key=self._index.keys.take(np.array([a + int(first[run])]))[0],
                 ),
             )
-        stored = np.frombuffer(raw, dtype=header.byte_order + ("i2" if header.compressed else "f4"))
-        out[...] = stored.reshape(count, header.dim)
-        if header.compressed:
-            assert header.scale is not None and header.bias is not None
-            out += header.bias
-            out /= header.scale
+        assert values is not None
+        values.flags.writeable = False
+        offsets.flags.writeable = False
+        return ParsedChunk({self.stream_name: DenseStream(values, offsets)})
 
-    def _apply_context(self, frames: np.ndarray, lengths: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-        left, right = self.context
-        if left == 0 and right == 0:
-            return frames
-        total = frames.shape[0]
-        first = np.repeat(offsets[:-1], lengths)
-        last = np.repeat(offsets[1:] - 1, lengths)
-        window = np.arange(total, dtype=np.int64)[:, None] + np.arange(-left, right + 1, dtype=np.int64)[None, :]
-        np.clip(window, first[:, None], last[:, None], out=window)
-        return frames[window].reshape(total, -1)
+    def _acquire(self, file_id: int, sequence: int) -> DataFile:
+        """An HTK file a chunk reads; errors name the first utterance read from it."""
+        try:
+            return self._files.acquire(file_id)
+        except (OSError, FormatError) as error:
+            key = self._index.keys.take(np.array([sequence]))[0]
+            path = self._files.paths[file_id]
+            if isinstance(error, OSError):
+                raise FormatError(
+                    f"{error} (it could be read when it was indexed)", Location(path, 0, sequence_key=key)
+                ) from None
+            raise FormatError(error.reason, dataclasses.replace(error.location, sequence_key=key)) from None
 
     def describe(self) -> dict[str, Any]:
         """Summary (for ``cntkio inspect``)."""
         return {
             "scp": list(self.scp_files),
-            "files": len(self._files),
+            "files": len(self._files.paths),
             "utterances": self._index.num_sequences,
             "frames": int(np.asarray(self._index.lengths, dtype=np.int64).sum()),
             "chunks": self.num_chunks(),
             "kind": _describe_kind(self.header),
             "context": self.context,
+            "broadcast": self.broadcast,
             "skipped_errors": self.errors.count,
             "skipped_too_long": self.skipped_too_long,
             "duplicates_dropped": 0 if self.duplicates is None else self.duplicates.entries,
         }
+
+    def close(self) -> None:
+        """Closes the files (reading a chunk afterwards raises)."""
+        self._files.close()
+
+    def __del__(self) -> None:
+        files = getattr(self, "_files", None)
+        if files is not None:
+            files.close()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickles as its arguments; the copy indexes the files again and refuses any that changed."""
+        args, kwargs = self._arguments
+        return (rebuild_unchanged, (type(self), args, kwargs, self.fingerprint()))
+
+
+_NO_VECTORS = np.zeros((0, 0), dtype=np.float32)
+
+
+def _narrow(values: np.ndarray) -> np.ndarray:
+    """Non-negative int64 values as int32 when they fit."""
+    if not len(values) or int(values.max()) < 2**31:
+        return values.astype(np.int32)
+    return values
+
+
+def _take_text_keys(keys: TextKeys, rows: np.ndarray) -> TextKeys:
+    """The keys of ``rows`` (sorted), without building a string per key."""
+    key_lengths = np.diff(keys.offsets)[rows]
+    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(key_lengths, out=offsets[1:])
+    starts = keys.offsets[rows]
+    positions = np.repeat(starts - offsets[:-1], key_lengths) + np.arange(int(offsets[-1]), dtype=np.int64)
+    return TextKeys(keys.blob[positions], offsets)
 
 
 def _file_fingerprint(path: str) -> list[Any]:
