@@ -7,11 +7,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cntkio import FULL_DATA_SWEEP, ConfigError, CTFDeserializer, MinibatchSource
+from cntkio import FULL_DATA_SWEEP, ConfigError, CTFDeserializer, MinibatchSource, _native
 from order_helpers import (
     STREAMS,
     CountingDeserializer,
@@ -446,3 +447,23 @@ def test_sources_of_one_deserializer_do_not_interfere(data):
     finally:
         a.close()
         b.close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.floats(allow_nan=False, allow_infinity=True, width=64),
+            st.sampled_from([0.0, -0.0, 1.0, 2.5, -3.0]),  # ties
+        ),
+        max_size=300,
+    )
+)
+def test_the_native_radix_argsort_is_numpys_stable_argsort(keys: list[float]) -> None:
+    array = np.array(keys, dtype=np.float64)
+    assert np.array_equal(_native.stable_argsort(array), np.argsort(array, kind="stable"))
+
+
+def test_the_native_radix_argsort_refuses_nan() -> None:
+    with pytest.raises(ValueError, match="NaN"):
+        _native.stable_argsort(np.array([1.0, np.nan]))

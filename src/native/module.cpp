@@ -212,6 +212,21 @@ nb::tuple compat_order(const std::vector<int64_t>& units_per_chunk, const std::v
                         to_numpy(std::move(r.window_begin)), to_numpy(std::move(r.window_end)));
 }
 
+nb::ndarray<nb::numpy, int64_t> stable_argsort(nb::ndarray<const double, nb::ndim<1>, nb::c_contig, nb::device::cpu> keys) {
+  std::vector<int64_t> order;
+  std::string error;
+  {
+    nb::gil_scoped_release release;
+    try {
+      order = randomizer::stable_argsort(keys.data(), static_cast<int64_t>(keys.shape(0)));
+    } catch (const std::invalid_argument& e) {
+      error = e.what();
+    }
+  }
+  if (!error.empty()) throw nb::value_error(error.c_str());
+  return to_numpy(std::move(order));
+}
+
 // An array argument whose data pointer is kept beyond the cast: taken as it is (no converted copy that
 // would be freed while the pointer is still in use); anything else is a ValueError naming `what`.
 template <class Array>
@@ -717,6 +732,8 @@ NB_MODULE(_native, m) {
   m.def("compat_block_order", &compat_order, "units_per_chunk"_a, "samples_per_chunk"_a, "window"_a,
         "sample_window"_a, "seed"_a,
         "CNTK's BlockRandomizer order of one sweep (MT19937-64): (units, chunk_order, window_begin, window_end).");
+  m.def("stable_argsort", &stable_argsort, "keys"_a,
+        "The permutation sorting float64 keys, equal keys in their order (argsort(kind='stable')), by radix sort.");
   nb::class_<ChunkStore>(m, "ChunkStore")
       .def(nb::init<const std::vector<std::vector<std::tuple<bool, int64_t, char, int64_t>>>&, const std::vector<int64_t>&>(),
            "layouts"_a, "slot_counts"_a)

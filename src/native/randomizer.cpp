@@ -2,6 +2,9 @@
 #include "randomizer.hpp"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
 #include <random>
 #include <utility>
 
@@ -103,6 +106,40 @@ CompatOrder compat_block_order(const std::vector<int64_t>& units_per_chunk,
     }
   }
   return result;
+}
+
+std::vector<int64_t> stable_argsort(const double* keys, int64_t n) {
+  std::vector<uint64_t> bits(static_cast<size_t>(n)), bits_out(static_cast<size_t>(n));
+  std::vector<int64_t> order(static_cast<size_t>(n)), order_out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const double key = keys[i] == 0.0 ? 0.0 : keys[i];  // -0.0 sorts as 0.0
+    if (key != key) throw std::invalid_argument("a sort key is NaN");
+    uint64_t b;
+    std::memcpy(&b, &key, sizeof b);
+    bits[i] = (b >> 63) ? ~b : (b | (uint64_t{1} << 63));  // increasing as the numbers increase
+    order[i] = i;
+  }
+  constexpr int kDigitBits = 16;
+  std::vector<int64_t> counts(size_t{1} << kDigitBits);
+  for (int shift = 0; shift < 64; shift += kDigitBits) {
+    std::fill(counts.begin(), counts.end(), 0);
+    for (int64_t i = 0; i < n; ++i) ++counts[(bits[i] >> shift) & 0xFFFF];
+    if (n == 0 || counts[(bits[0] >> shift) & 0xFFFF] == n) continue;  // every key has this digit
+    int64_t total = 0;
+    for (int64_t& c : counts) {
+      const int64_t here = c;
+      c = total;
+      total += here;
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t at = counts[(bits[i] >> shift) & 0xFFFF]++;
+      bits_out[at] = bits[i];
+      order_out[at] = order[i];
+    }
+    bits.swap(bits_out);
+    order.swap(order_out);
+  }
+  return order;
 }
 
 }  // namespace cntkio::randomizer

@@ -20,4 +20,9 @@ CompatOrder compat_block_order(const std::vector<int64_t>& units_per_chunk,
                                const std::vector<int64_t>& samples_per_chunk, int64_t window,
                                bool sample_window, uint64_t seed);
 
+// The permutation that sorts `keys` (finite numbers) in increasing order, equal keys in their original order
+// (NumPy's argsort(kind="stable"), with -0.0 equal to 0.0): an LSD radix sort of the keys' order-preserving
+// bit patterns. Throws std::invalid_argument on a NaN.
+std::vector<int64_t> stable_argsort(const double* keys, int64_t n);
+
 }  // namespace cntkio::randomizer
