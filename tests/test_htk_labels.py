@@ -13,7 +13,7 @@ import pytest
 
 from cntkio import CTFDeserializer, MinibatchSource, StreamDef, StreamDefs
 from cntkio.deserializer import SparseStream
-from cntkio.errors import ConfigError, FormatError
+from cntkio.errors import ConfigError, FormatError, MaxErrorsExceeded
 from cntkio.formats.htk_labels import HTKMLFDeserializer
 from cntkio.formats.mlf import parse_mlf, read_state_list
 from order_helpers import assert_exactly_once, keys_of, read, snapshot, split_sweeps, unit_stream
@@ -184,26 +184,109 @@ def test_invalid_entries_and_duplicates_are_skipped_and_reported_once(
         + '"ok.lab"\n0 2 b\n.\n'
     )
     with caplog.at_level(logging.WARNING, logger="cntkio"):
-        d = reader(tmp_path, text)
+        d = reader(tmp_path, text, max_errors=3)
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
     message = warnings[0].getMessage()
     assert "3 invalid entries" in message and "1 duplicate keys" in message and "gap" in message
     assert [e.key for e in d.invalid] == ["gap", "late", "empty"]
     assert "not contiguous" in d.invalid[0].reason and d.invalid[0].line == 13  # the line that breaks the entry
+    assert d.invalid[2].line == 18 and "0 frames" in d.invalid[2].reason  # the entry's header line
     assert d.duplicates == 1 and d.duplicate_keys == ["other/path/utt8"]
     assert d.sequence_index().keys.take(np.arange(3)) == ["spk1_utt7", "other/path/utt8", "ok"]
     assert d.sequence_index().lengths.tolist() == [26, 5, 2]
     np.testing.assert_array_equal(dense_chunks(d)[-7:], one_hot([0, 0, 0, 3, 3, 4, 4]))
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="cntkio"):
-        reader(tmp_path, text, trace_level=0)
+        reader(tmp_path, text, max_errors=3, trace_level=0)
     assert not caplog.records
 
 
 def test_no_usable_entries_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(FormatError, match="no usable label entries"):
+        reader(tmp_path, '#!MLF!#\n"gap.lab"\n0 2 a\n3 4 b\n.\n', max_errors=1)
+    with pytest.raises(FormatError, match="not contiguous") as e:  # max_errors=0: the invalid entry itself
         reader(tmp_path, '#!MLF!#\n"gap.lab"\n0 2 a\n3 4 b\n.\n')
+    assert (e.value.line, e.value.sequence_key) == (4, "gap")
+
+
+# Each kind of invalid entry appended to the spec example (10 lines): the text, the line reported, the key and
+# a phrase of the reason.
+INVALID_KINDS = {
+    "not contiguous": ('"gap.lab"\n0 2 a\n3 4 b\n.\n', 13, "gap", "not contiguous"),
+    "first range not at frame 0": ('"late.lab"\n1 2 a\n.\n', 12, "late", "not 0"),
+    "no label lines": ('"none.lab"\n.\n', 11, "none", "no label lines"),
+    "zero frames": ('"zero.lab"\n0 0 a\n0 0 b\n.\n', 11, "zero", "0 frames"),
+    "unquoted header": ("*/bare.lab\n0 2 a\n.\n", 11, "*/bare.lab", "not a quoted name"),
+    "no '.' before the next entry": ('"open.lab"\n0 2 a\n"next.lab"\n0 1 b\n.\n', 11, "open", "not terminated"),
+    "cut after a label line": ('"cut.lab"\n0 2 a\n2 4 b\n', 13, "cut", "truncated"),
+    "cut in a label line": ('"cut.lab"\n0 2 a\n2 4', 13, "cut", "in the middle of label line 13"),
+    "cut in a header": ('"*/cut.l', 11, '"*/cut.l', "cut by the end of the file"),
+}
+
+
+@pytest.mark.parametrize("kind", list(INVALID_KINDS))
+def test_each_invalid_kind_raises_with_file_line_and_key(tmp_path: Path, kind: str) -> None:
+    tail, line, key, phrase = INVALID_KINDS[kind]
+    path = str(tmp_path / "labels.mlf")
+    with pytest.raises(FormatError) as e:
+        reader(tmp_path, SPEC_EXAMPLE + tail)
+    assert not isinstance(e.value, MaxErrorsExceeded)
+    assert (e.value.file, e.value.line, e.value.sequence_key) == (path, line, key)
+    assert phrase in e.value.reason
+    assert f"{path}:{line} " in str(e.value) and f"sequence {key}" in str(e.value)
+    with open(path, "rb") as f:  # the offset is that of the line
+        assert e.value.offset == sum(len(x) + 1 for x in f.read().split(b"\n")[: line - 1])
+    d = reader(tmp_path, SPEC_EXAMPLE + tail, max_errors=1)  # tolerated: skipped, counted, reported
+    assert [(i.file, i.line, i.key) for i in d.invalid] == [(path, line, key)]
+    assert list(d.sequence_index().keys)[:2] == ["spk1_utt7", "other/path/utt8"]
+    assert "1 invalid entries skipped" in d.report() and f"{path}:{line}" in d.report()
+
+
+def test_max_errors_budget_skips_counts_and_overflows(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    text = SPEC_EXAMPLE + "".join(tail for tail, *_ in list(INVALID_KINDS.values())[:6]) + '"ok.lab"\n0 2 b\n.\n'
+    with caplog.at_level(logging.WARNING, logger="cntkio"):
+        d = reader(tmp_path, text, max_errors=6)
+    assert [r.levelno for r in caplog.records] == [logging.WARNING]  # one summary, not one per entry
+    assert "6 invalid entries skipped" in caplog.records[0].getMessage()
+    assert [e.key for e in d.invalid] == ["gap", "late", "none", "zero", "*/bare.lab", "open"]
+    assert d.describe()["invalid"] == 6 and d.max_errors == 6
+    assert list(d.sequence_index().keys) == ["spk1_utt7", "other/path/utt8", "next", "ok"]
+    copy = pickle.loads(pickle.dumps(d))
+    assert copy.max_errors == 6 and len(copy.invalid) == 6
+    with pytest.raises(MaxErrorsExceeded, match="max_errors=5") as e:
+        reader(tmp_path, text, max_errors=5)
+    assert isinstance(e.value, FormatError) and e.value.max_errors == 5
+    assert (e.value.line, e.value.sequence_key) == (27, "open")  # the 6th invalid entry breaks a budget of 5
+    assert e.value.file == str(tmp_path / "labels.mlf") and "not terminated" in e.value.reason
+    with pytest.raises(FormatError, match="not contiguous") as e:
+        reader(tmp_path, text)
+    assert e.value.line == 13
+    with pytest.raises(ConfigError, match="max_errors"):
+        reader(tmp_path, text, max_errors=-1)
+
+
+def test_truncated_mlf_names_file_line_and_utterance(tmp_path: Path) -> None:
+    """A copy cut short: in the middle of an entry (after a complete label line), and in the middle of a
+    label line. Both name the file, the line where it ends and the utterance; a budget skips the entry."""
+    entries = random_entries(6, 9)
+    full = frame_mlf(entries)
+    lines = full.split("\n")
+    last_key = list(entries)[-1]
+    header = lines.index(f'"*/{last_key}.lab"') + 1  # 1-based
+    path = str(tmp_path / "labels.mlf")
+    for cut, line, phrase in [
+        ("\n".join(lines[: header + 1]) + "\n", header + 1, f"ends after label line {header + 1}"),
+        ("\n".join(lines[: header + 1])[:-1], header + 1, f"in the middle of label line {header + 1}"),
+    ]:
+        with pytest.raises(FormatError) as e:
+            reader(tmp_path, cut)
+        message = str(e.value)
+        assert (e.value.file, e.value.line, e.value.sequence_key) == (path, line, last_key)
+        assert f"{path}:{line}" in message and f"sequence {last_key}" in message and "truncated" in message
+        assert phrase in message
+        d = reader(tmp_path, cut, max_errors=1)
+        assert list(d.sequence_index().keys) == list(entries)[:-1] and d.invalid[0].key == last_key
 
 
 def test_chunks_group_whole_entries_by_parsed_bytes(tmp_path: Path) -> None:

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from cntkio import _native
-from cntkio.errors import ConfigError, FormatError
-from cntkio.formats.mlf import MlfIndex, parse_mlf, read_state_list
+from cntkio.errors import ConfigError, FormatError, MaxErrorsExceeded
+from cntkio.formats.mlf import MAX_REPORTED_KEYS, MlfIndex, parse_mlf, read_mlf_file_list, read_state_list
 
 STATES = ["s1", "s2", "sil", "a", "b"]
 
@@ -191,7 +191,7 @@ def test_invalid_entries_are_skipped_and_reported(tmp_path):
         ".\n"  # a stray '.'
         '"unterminated.lab"\n0 1 s1\n'  # the next entry starts before its '.'
         '"good2.lab"\n0 1 s2\n.\n'
-        '"truncated.lab"\n0 1 s1\n'  # the file ends
+        '"truncated.lab"\n0 1 s1\n'  # the file ends (reported on the entry's last line, where it was cut)
     )
     path = write(tmp_path, text)
     index = parse_mlf(path, STATES, 5)
@@ -206,9 +206,11 @@ def test_invalid_entries_are_skipped_and_reported(tmp_path):
         ('"*/.lab"', 20),
         ("", 23),
         ("unterminated", 24),
-        ("truncated", 29),
+        ("truncated", 30),
     ]
     assert all(e.file == path for e in index.invalid)
+    data = text.encode()
+    assert all(e.offset == sum(len(x) + 1 for x in data.split(b"\n")[: e.line - 1]) for e in index.invalid)
     assert "not contiguous" in index.invalid[1].reason and "not 0" in index.invalid[2].reason
     assert "no label lines" in index.invalid[3].reason and "truncated" in index.invalid[-1].reason
     report = index.report()
@@ -327,3 +329,164 @@ def test_large_generated_mlf(tmp_path):
         assert (states_i.tolist(), counts_i.tolist()) == expected[keys[i]]
         assert int(index.lengths[i]) == sum(expected[keys[i]][1])
     assert int(index.lengths.sum()) == int(index.run_counts.sum(dtype=np.int64))
+
+
+def test_same_state_lines_stay_separate_runs(tmp_path):
+    """Consecutive label lines of one state are never merged: each line's first frame is a phone boundary."""
+    text = (
+        '#!MLF!#\n"u.lab"\n0 2 a\n2 4 a\n4 4 b\n4 7 a\n7 8 s1\n'
+        "800000 1000000 s1\n1000000 1149999 s1\n.\n"  # 100 ns: 8..10, 10..11
+    )
+    index = parse_mlf(write(tmp_path, text), STATES, 5)
+    assert entries(index) == {"u": [(3, 2), (3, 2), (3, 3), (0, 1), (0, 2), (0, 1)]}
+    assert index.first_frames().tolist() == [0, 2, 4, 7, 8, 10]
+    assert index.lengths.tolist() == [11]
+
+
+def test_zero_frame_entries_are_invalid(tmp_path):
+    text = '#!MLF!#\n"a.lab"\n0 0 s1\n0 0 s2\n.\n"b.lab"\n0 1 s1\n.\n"a.lab"\n0 2 s2\n.\n'
+    path = write(tmp_path, text)
+    index = parse_mlf(path, STATES, 5)
+    # the empty entry is left out before duplicates are looked for: the later "a" is kept, not a duplicate
+    assert entries(index) == {"b": [(0, 1)], "a": [(1, 2)]} and index.duplicates == 0
+    assert [(e.key, e.line) for e in index.invalid] == [("a", 2)] and "0 frames" in index.invalid[0].reason
+    with pytest.raises(FormatError, match="0 frames") as e:
+        parse_mlf(path, STATES, 5, max_errors=0)
+    assert (e.value.file, e.value.line, e.value.sequence_key, e.value.offset) == (path, 2, "a", 8)
+
+
+def test_max_errors_counts_invalid_entries_in_file_order(tmp_path):
+    first = write(tmp_path, SPEC_EXAMPLE + '"gap.lab"\n0 2 s1\n3 4 s2\n.\n"late.lab"\n1 2 s1\n.\n', "a.mlf")
+    second = write(tmp_path, '#!MLF!#\n"none.lab"\n.\n"ok.lab"\n0 1 b\n.\n', "b.mlf")
+    with pytest.raises(FormatError, match="not contiguous") as e:
+        parse_mlf([first, second], STATES, 5, max_errors=0)
+    assert not isinstance(e.value, MaxErrorsExceeded)
+    assert (e.value.file, e.value.line, e.value.sequence_key) == (first, 13, "gap")
+    assert f"{first}:13" in str(e.value) and "sequence gap" in str(e.value)
+    with pytest.raises(MaxErrorsExceeded, match="max_errors=2") as e:
+        parse_mlf([first, second], STATES, 5, max_errors=2)
+    assert (e.value.file, e.value.line, e.value.sequence_key) == (second, 2, "none")
+    assert "no label lines" in e.value.reason
+    index = parse_mlf([first, second], STATES, 5, max_errors=3)
+    assert [(e.key, e.line) for e in index.invalid] == [("gap", 13), ("late", 16), ("none", 2)]
+    assert list(entries(index)) == ["spk1_utt7", "other/path/utt8", "ok"]
+    assert parse_mlf([first, second], STATES, 5).invalid == index.invalid  # None (the default): no limit
+    # the budget is spent as soon as the first file is parsed: the second (fatal) one is never read
+    fatal = write(tmp_path, '#!MLF!#\n"q.lab"\n0 1 nope\n.\n', "c.mlf")
+    with pytest.raises(MaxErrorsExceeded) as e:
+        parse_mlf([first, fatal], STATES, 5, max_errors=1)
+    assert e.value.sequence_key == "late"
+    stray = write(tmp_path, SPEC_EXAMPLE + ".\n", "d.mlf")  # not inside an entry: no utterance to name
+    with pytest.raises(FormatError, match="outside an entry") as e:
+        parse_mlf(stray, STATES, 5, max_errors=0)
+    assert (e.value.file, e.value.line, e.value.sequence_key) == (stray, 11, None)
+    for bad in (-1, 1.5, True, "2"):
+        with pytest.raises(ConfigError, match="max_errors"):
+            parse_mlf(first, STATES, 5, max_errors=bad)  # type: ignore[arg-type]
+
+
+def expected_cut(prefix: str) -> tuple[str, int] | None:
+    """(key, 1-based line) of the entry a cut MLF ends inside, or None when it ends between entries."""
+    lines = prefix.split("\n")
+    key, last = None, 0
+    for number, line in enumerate(lines, start=1):
+        text = line.rstrip("\r")
+        if not text.strip():
+            continue
+        if key is None and text.startswith('"'):
+            if number == len(lines) and (len(text) < 2 or not text.endswith('"')):
+                return text, number  # the header itself is cut: the key is the header text
+            name = text[1:-1].removeprefix("*/")
+            key, last = name[: name.rfind(".")], number
+        elif key is not None and text == ".":
+            key = None
+        elif key is not None:
+            last = number
+    return None if key is None else (key, last)
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_every_truncation_names_file_line_and_utterance(tmp_path, newline):
+    """An MLF cut at any byte (inside a header, between lines, in the middle of a label line) either ends
+    between entries or gives one invalid entry, reported on the line where the file ends, with its key."""
+    text = SPEC_EXAMPLE.replace("\n", newline)
+    path = str(tmp_path / "cut.mlf")
+    start = len("#!MLF!#" + newline)
+    for cut in range(start, len(text) + 1):
+        prefix = text[:cut]
+        Path(path).write_bytes(prefix.encode())
+        expected = expected_cut(prefix)
+        if expected is None:
+            assert not parse_mlf(path, STATES, 5, max_errors=0).invalid, prefix
+            continue
+        with pytest.raises(FormatError) as e:
+            parse_mlf(path, STATES, 5, max_errors=0)
+        assert (e.value.file, e.value.sequence_key, e.value.line) == (path, *expected), (prefix, str(e.value))
+        assert "truncated" in e.value.reason or "cut by the end of the file" in e.value.reason, str(e.value)
+        assert f"{path}:{expected[1]}" in str(e.value)
+        index = parse_mlf(path, STATES, 5, max_errors=1)  # the complete entries before the cut are kept
+        assert len(index.invalid) == 1 and len(index) == prefix.count(newline + "." + newline)
+
+
+def test_cut_in_the_middle_of_a_label_line_explains_itself(tmp_path):
+    path = write(tmp_path, SPEC_EXAMPLE + '"last.lab"\n0 3 s1\n3 5')
+    with pytest.raises(FormatError) as e:
+        parse_mlf(path, STATES, 5, max_errors=0)
+    assert (e.value.line, e.value.sequence_key) == (13, "last")
+    assert "file ends in the middle of label line 13" in str(e.value) and "starts on line 11" in str(e.value)
+    path = write(tmp_path, SPEC_EXAMPLE + '"last.lab"\n0 3 s1\n3 5 s')  # a state name cut short
+    with pytest.raises(FormatError, match="'s' is not in the state list") as e:
+        parse_mlf(path, STATES, 5, max_errors=0)
+    assert (e.value.line, e.value.sequence_key) == (13, "last") and "truncated" in e.value.reason
+    path = write(tmp_path, SPEC_EXAMPLE + '"last.lab"\n0 3 s1\n')  # cut after a complete line
+    with pytest.raises(FormatError, match=r"ends after label line 12, before the entry's '\.' line") as e:
+        parse_mlf(path, STATES, 5, max_errors=0)
+    assert (e.value.line, e.value.sequence_key) == (12, "last")
+    # the same malformed line is fatal when the file goes on after it
+    with pytest.raises(FormatError, match="needs the columns") as e:
+        parse_mlf(write(tmp_path, SPEC_EXAMPLE + '"last.lab"\n0 3 s1\n3 5\n.\n'), STATES, 5, max_errors=5)
+    assert e.value.line == 13 and e.value.column == 1
+    # a file whose last '.' has no end of line is complete
+    assert len(parse_mlf(write(tmp_path, SPEC_EXAMPLE.rstrip("\n")), STATES, 5, max_errors=0)) == 2
+
+
+def test_duplicates_first_kept_count_and_first_keys(tmp_path):
+    """Duplicates are found natively; the first entry of a key is kept, every later one dropped, and the
+    first MAX_REPORTED_KEYS dropped keys are listed in order."""
+    first = "#!MLF!#\n" + "".join(f'"k{i}.lab"\n0 {i + 1} s1\n.\n' for i in range(30))
+    second = "#!MLF!#\n" + "".join(f'"*/k{i}.rec"\n0 2 b\n.\n' for i in reversed(range(0, 30, 2)))
+    second += '"new.lab"\n0 1 a\n.\n"k29.lab"\n0 4 a\n.\n'
+    index = parse_mlf([write(tmp_path, first, "a.mlf"), write(tmp_path, second, "b.mlf")], STATES, 5)
+    assert index.duplicates == 16
+    assert index.duplicate_keys == [f"k{i}" for i in reversed(range(10, 30, 2))][:MAX_REPORTED_KEYS]
+    assert len(index.duplicate_keys) == MAX_REPORTED_KEYS
+    got = entries(index)
+    assert list(got) == [f"k{i}" for i in range(30)] + ["new"]
+    assert all(got[f"k{i}"] == [(0, i + 1)] for i in range(30))  # the first file's runs
+    assert index.lengths.tolist() == [*range(1, 31), 1]
+    assert index.run_offsets.tolist() == list(range(32)) and index.num_runs == 31
+    assert "16 duplicate keys" in index.report()
+
+
+def test_read_mlf_file_list(tmp_path, monkeypatch):
+    a = write(tmp_path, SPEC_EXAMPLE, "a.mlf")
+    (tmp_path / "sub dir").mkdir()
+    write(tmp_path / "sub dir", '#!MLF!#\n"x.lab"\n0 2 b\n.\n', "b:1.mlf")
+    listing = tmp_path / "lists" / "mlf.list"
+    listing.parent.mkdir()
+    listing.write_bytes(f"\ufeff{a}\r\n\r\n   \r\n  sub dir/b:1.mlf \t\r\n\n".encode())
+    paths = read_mlf_file_list(listing)
+    assert paths == [a, "sub dir/b:1.mlf"]  # relative paths as written (not resolved against the list's dir)
+    monkeypatch.chdir(tmp_path)
+    assert list(entries(parse_mlf(paths, STATES, 5))) == ["spk1_utt7", "other/path/utt8", "x"]
+    listing.write_bytes(b"one.mlf\rtwo.mlf")  # a lone \r ends a line too; no end of line at the end
+    assert read_mlf_file_list(str(listing)) == ["one.mlf", "two.mlf"]
+    listing.write_bytes(b"\r\n \n")
+    with pytest.raises(ConfigError, match="names no MLF file"):
+        read_mlf_file_list(listing)
+    listing.write_bytes(b"ok.mlf\nbad\xff.mlf\n")
+    with pytest.raises(FormatError, match="not UTF-8") as e:
+        read_mlf_file_list(listing)
+    assert e.value.line == 2
+    with pytest.raises(FileNotFoundError):
+        read_mlf_file_list(tmp_path / "missing.list")

@@ -56,7 +56,6 @@ class CbfFile:
 def cbf_encode(
     columns: list[tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]], first: int, last: int
 ) -> list[np.ndarray]: ...
-
 def stable_argsort(keys: np.ndarray) -> np.ndarray: ...
 
 class ChunkStore:

@@ -74,7 +74,7 @@ class Parser {
         first = false;
         if (line_end - p >= 3 && std::memcmp(p, "\xef\xbb\xbf", 3) == 0) p += 3;
       }
-      on_line(p, line_end, base_ + (p - data), line);
+      on_line(p, line_end, base_ + (p - data), line, newline != nullptr);
       result_.lines = line;
       if (!result_.fatal.message.empty()) return finish();
       pos = next - data;
@@ -131,11 +131,12 @@ class Parser {
     return false;
   }
 
-  void invalid(std::string key, int64_t line, std::string reason) {
-    result_.invalid.push_back(InvalidEntry{std::move(key), line, std::move(reason)});
+  void invalid(std::string key, int64_t line, int64_t offset, std::string reason) {
+    result_.invalid.push_back(InvalidEntry{std::move(key), line, offset, std::move(reason)});
   }
 
-  void on_line(const char* p, const char* e, int64_t offset, int64_t line) {
+  // `terminated`: the line ends with '\n' (false only for the last line of a file that does not end with one).
+  void on_line(const char* p, const char* e, int64_t offset, int64_t line, bool terminated) {
     while (e > p && is_trailing_space(e[-1])) --e;
     if (e == p) return;
     const std::string_view text(p, static_cast<size_t>(e - p));
@@ -157,12 +158,26 @@ class Parser {
           return;
         }
         if (text == kMagic || text.front() == '"') {  // the next entry began before this one's '.'
-          invalid(key_, header_line_, "entry not terminated by a '.' line (the next entry starts on line " +
-                                          std::to_string(line) + ")");
+          invalid(key_, header_line_, header_offset_,
+                  "entry not terminated by a '.' line (the next entry starts on line " + std::to_string(line) + ")");
           state_ = State::outside;
           break;  // handled below as a header
         }
+        last_line_ = line;
+        last_offset_ = offset;
+        last_terminated_ = terminated;
         label_line(p, e, offset, line);
+        if (!terminated && !result_.fatal.message.empty()) {
+          // The file ends inside this label line (no end of line, no '.' after it): it was cut, so what is
+          // wrong with the line is that it is incomplete. The entry is truncated, not the file unreadable.
+          const std::string problem = std::move(result_.fatal.message);
+          result_.fatal = Fatal{};
+          invalid(key_, line, offset,
+                  "entry truncated: the file ends in the middle of label line " + std::to_string(line) +
+                      ", which has no end of line and is incomplete (" + problem + "); the entry starts on line " +
+                      std::to_string(header_line_) + " and has no '.' line");
+          state_ = State::outside;
+        }
         return;
       case State::skip:
         if (text == ".") {
@@ -177,19 +192,22 @@ class Parser {
       case State::outside:
         break;
     }
-    header(text, line);
+    header(text, offset, line, terminated);
   }
 
-  void header(std::string_view text, int64_t line) {
+  void header(std::string_view text, int64_t offset, int64_t line, bool terminated) {
     if (text == kMagic) return;  // concatenated MLFs
     if (text == ".") {
-      invalid("", line, "a '.' line outside an entry");
+      invalid("", line, offset, "a '.' line outside an entry");
       return;
     }
     if (text.size() <= 2 || text.front() != '"' || text.back() != '"') {
-      invalid(std::string(text), line,
-              text.size() <= 2 && text.front() == '"' ? "entry header too short (an empty quoted name)"
-                                                      : "entry header is not a quoted name; the entry is skipped");
+      std::string reason =
+          !terminated && text.front() == '"'
+              ? "entry header cut by the end of the file (no closing quote and no end of line)"
+              : text.size() <= 2 && text.front() == '"' ? "entry header too short (an empty quoted name)"
+                                                        : "entry header is not a quoted name; the entry is skipped";
+      invalid(std::string(text), line, offset, std::move(reason));
       state_ = State::skip;
       return;
     }
@@ -198,15 +216,17 @@ class Parser {
     const size_t dot = name.rfind('.');
     if (dot != std::string_view::npos) name = name.substr(0, dot);
     if (name.empty()) {
-      invalid(std::string(text), line, "entry header gives an empty key");
+      invalid(std::string(text), line, offset, "entry header gives an empty key");
       state_ = State::skip;
       return;
     }
     key_.assign(name.data(), name.size());
-    header_line_ = line;
+    header_line_ = last_line_ = line;
+    header_offset_ = last_offset_ = offset;
+    last_terminated_ = terminated;
     state_ = State::entry;
     bad_ = false;
-    bad_line_ = 0;
+    bad_line_ = bad_offset_ = 0;
     bad_reason_.clear();
     labels_ = 0;
     expected_ = 0;
@@ -312,6 +332,7 @@ class Parser {
     if (!bad_ && first != expected_) {
       bad_ = true;
       bad_line_ = line;
+      bad_offset_ = offset;
       bad_reason_ = labels_ == 1 ? "the first label range starts at frame " + std::to_string(first) + ", not 0"
                                  : "label ranges are not contiguous: a range starts at frame " + std::to_string(first) +
                                        " but the previous one ended at frame " + std::to_string(expected_);
@@ -326,11 +347,16 @@ class Parser {
   void end_entry(int64_t line) {
     state_ = State::outside;
     if (bad_) {
-      invalid(key_, bad_line_, bad_reason_);
+      invalid(key_, bad_line_, bad_offset_, bad_reason_);
       return;
     }
     if (labels_ == 0) {
-      invalid(key_, header_line_, "entry has no label lines (ends on line " + std::to_string(line) + ")");
+      invalid(key_, header_line_, header_offset_, "entry has no label lines (ends on line " + std::to_string(line) + ")");
+      return;
+    }
+    if (expected_ == 0) {  // every label line is empty (e.g. `0 0 s1`): a sequence needs a frame
+      invalid(key_, header_line_, header_offset_,
+              "every label line is empty (0 frames; the entry ends on line " + std::to_string(line) + ")");
       return;
     }
     result_.key_blob.append(key_);
@@ -346,8 +372,14 @@ class Parser {
   void end_of_file(int64_t line) {
     if (state_ == State::magic) {
       fatal_at("no #!MLF!# line: the file is empty or blank", size_, line, 1);
-    } else if (state_ == State::entry) {
-      invalid(key_, header_line_, "entry truncated: the file ends before its '.' line");
+    } else if (state_ == State::entry) {  // reported on the entry's last line, where the file was cut
+      invalid(key_, last_line_, last_offset_,
+              last_line_ == header_line_
+                  ? "entry truncated: the file ends right after its header, before any label line and its '.' line"
+                  : "entry truncated: the file ends " +
+                        std::string(last_terminated_ ? "after" : "in (or right after) the unterminated") + " label line " +
+                        std::to_string(last_line_) + ", before the entry's '.' line (the entry starts on line " +
+                        std::to_string(header_line_) + ")");
     }
   }
 
@@ -376,9 +408,10 @@ class Parser {
 
   State state_ = State::magic;
   std::string key_;
-  int64_t header_line_ = 0, labels_ = 0, bad_line_ = 0;
+  int64_t header_line_ = 0, header_offset_ = 0, last_line_ = 0, last_offset_ = 0, labels_ = 0, bad_line_ = 0,
+          bad_offset_ = 0;
   uint64_t expected_ = 0;
-  bool bad_ = false;
+  bool bad_ = false, last_terminated_ = true;
   std::string bad_reason_;
   std::vector<uint16_t> run_states_;
   std::vector<uint32_t> run_counts_;

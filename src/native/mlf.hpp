@@ -2,14 +2,18 @@
 // labels of every entry as runs of states (never one value per frame). Pure C++ (no Python): the bindings
 // are in mlf_bindings.cpp. The grammar is that of spec/htk-and-mlf.md §2.1.
 //
-// Columns (entries = valid entries, in file order; invalid entries are left out and listed):
+// Columns (entries = valid entries, in file order; invalid entries are left out and listed: ranges not
+// contiguous or not starting at frame 0, no label lines, zero frames, a bad header, an entry not ended by
+// '.' or cut by the end of the file):
 //   key_blob / key_offsets   the key of entry i is key_blob[key_offsets[i], key_offsets[i + 1])  (entries + 1)
 //   run_offsets              the runs of entry i are [run_offsets[i], run_offsets[i + 1])        (entries + 1)
 //   run_states               uint16 state id of every run                                       (runs)
 //   run_counts               uint32 frame count of every run, >= 1                              (runs)
 //   lengths                  int64 frames of every entry (the end of its last label line)       (entries)
 // A run's first frame is implied: runs of a valid entry are contiguous and start at frame 0, so the first
-// frame of run r is the sum of the counts before it in its entry. Label lines of zero frames add no run.
+// frame of run r is the sum of the counts before it in its entry. Every label line of at least one frame is
+// a run of its own (consecutive lines of the same state are never merged: each line's first frame is a
+// phone boundary); label lines of zero frames add no run.
 // Memory: 6 bytes per run; 24 bytes per entry plus the key's bytes.
 #pragma once
 
@@ -19,11 +23,12 @@
 
 namespace cntkio::mlf {
 
-// An entry left out of the columns: its key (the header text when it has none), the 1-based line the
-// problem is on, and why.
+// An entry left out of the columns: its key (the header text when it has none, "" for a stray '.'), the
+// 1-based line the problem is on and that line's byte offset, and why.
 struct InvalidEntry {
   std::string key;
   int64_t line = 0;
+  int64_t offset = 0;
   std::string reason;
 };
 

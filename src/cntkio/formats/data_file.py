@@ -114,7 +114,9 @@ def rebuild_unchanged(cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any], f
     its :meth:`fingerprint` differs from the pickled one (the files changed meanwhile)."""
     reader = cls(*args, **kwargs)
     if reader.fingerprint() != fingerprint:
-        reader.close()
+        close = getattr(reader, "close", None)
+        if close is not None:
+            close()
         raise FormatError(
             "the data changed since the deserializer was pickled; build a new one to read the new contents",
             Location(reader.source_name, 0),

@@ -17,7 +17,8 @@ from ..arrays import narrow_lengths
 from ..deserializer import IndexedDeserializer, SequenceIndex, SparseStream, StreamData
 from ..errors import ConfigError, FormatError, Location
 from ..streams import StreamInformation, iter_stream_defs, parse_precision
-from .mlf import InvalidEntry, MlfIndex, parse_mlf, read_state_list
+from .data_file import rebuild_unchanged
+from .mlf import InvalidEntry, MlfIndex, check_max_errors, parse_mlf, read_state_list
 
 logger = logging.getLogger("cntkio")
 
@@ -66,6 +67,10 @@ class HTKMLFDeserializer(IndexedDeserializer):
             bytes in float32); an utterance is never split, so a longer one is a chunk of its own. This is what
             a chunk costs in memory when the window holds it. Default 32 MiB.
         precision: ``'float'`` (float32 values) or ``'double'``.
+        max_errors: invalid MLF entries tolerated (see below): skipped and counted. With 0 (the default) the first
+            one raises a :class:`~cntkio.FormatError` whose location names the MLF file, the 1-based line and the
+            utterance (``sequence_key``); with N the first N are skipped and the next raises
+            :class:`~cntkio.MaxErrorsExceeded` (a ``FormatError`` with that entry's location).
         trace_level: 0 silent; 1 (default) one warning when entries were skipped or keys duplicated.
 
     Sequences: one per kept MLF entry, in file order then line order, keyed by the entry's name (``"*/a.lab"``
@@ -73,12 +78,15 @@ class HTKMLFDeserializer(IndexedDeserializer):
     plug-ins keyed by the same utterance names. A sequence's length is its number of label frames (the end of
     its last label line). Each frame is one sparse sample with one non-zero: its state.
 
-    Entries the parser leaves out (ranges not contiguous or not starting at frame 0, no label lines, an
-    unquoted header, a file ending inside an entry, and entries of zero frames) are skipped, and entries whose
-    key an earlier entry already had are dropped (the first is kept). Both are counted and reported once
-    (``report()``, ``invalid``, ``duplicates``, ``duplicate_keys``; a warning with trace_level >= 1). Fatal
-    problems (a state missing from the state list, a class id >= the dimension, end < start, no ``#!MLF!#``
-    line) raise :class:`~cntkio.FormatError` naming the file, line and utterance.
+    Invalid entries (ranges not contiguous or not starting at frame 0, no label lines, every label line empty
+    so zero frames, an unquoted or unterminated header, an entry not ended by ``.``, and an entry cut by the end
+    of the file, also in the middle of a label line) are errors counted against ``max_errors``: with the
+    default 0 the first raises, naming the file, line and utterance; tolerated ones are skipped. Entries whose
+    key an earlier entry already had (in the same or an earlier file) are dropped, the first kept; they are not
+    errors. Both are counted and reported once (``report()``, ``invalid``, ``duplicates``, ``duplicate_keys``;
+    one warning with trace_level >= 1). Fatal problems (a state missing from the state list, a class id >= the
+    dimension, end < start, a malformed label line other than a truncated last one, no ``#!MLF!#`` line) raise
+    :class:`~cntkio.FormatError` naming the file, line, column and utterance whatever ``max_errors`` is.
 
     CNTK required the MLF deserializer to follow a feature deserializer; here it may also be read alone (the
     primary of a source), e.g. to inspect labels.
@@ -99,11 +107,17 @@ class HTKMLFDeserializer(IndexedDeserializer):
         *,
         chunk_size_in_bytes: int = DEFAULT_CHUNK_SIZE_IN_BYTES,
         precision: str = "float",
+        max_errors: int = 0,
         trace_level: int = 1,
     ):
         self._arguments = (
             (label_mapping_file, streams, phone_boundaries),
-            {"chunk_size_in_bytes": chunk_size_in_bytes, "precision": precision, "trace_level": trace_level},
+            {
+                "chunk_size_in_bytes": chunk_size_in_bytes,
+                "precision": precision,
+                "max_errors": max_errors,
+                "trace_level": trace_level,
+            },
         )
         definitions = list(iter_stream_defs(streams))
         if len(definitions) != 1:
@@ -122,6 +136,7 @@ class HTKMLFDeserializer(IndexedDeserializer):
             raise ConfigError(f"chunk_size_in_bytes must be a positive integer, got {chunk_size_in_bytes!r}")
         if chunk_size_in_bytes <= 0:
             raise ConfigError(f"chunk_size_in_bytes must be a positive integer, got {chunk_size_in_bytes!r}")
+        self.max_errors = check_max_errors(max_errors)
         self.files = _paths(definition.mlf, f"stream '{name}': mlf")
         self.phone_boundaries = bool(phone_boundaries)
         self.trace_level = int(trace_level)
@@ -141,7 +156,7 @@ class HTKMLFDeserializer(IndexedDeserializer):
             self._state_identity = None
         self.states = states
 
-        self.labels: MlfIndex = self._drop_empty(parse_mlf(self.files, states, dim))
+        self.labels: MlfIndex = parse_mlf(self.files, states, dim, max_errors=self.max_errors)
         if len(self.labels) == 0:
             raise FormatError(
                 f"no usable label entries in {len(self.files)} MLF file(s) ({self.labels.report()})",
@@ -152,28 +167,6 @@ class HTKMLFDeserializer(IndexedDeserializer):
         self._index = self._build_index(int(chunk_size_in_bytes), dtype.itemsize + _FRAME_OVERHEAD_BYTES)
         if self.trace_level >= 1 and (self.labels.invalid or self.labels.duplicates):
             logger.warning("HTKMLFDeserializer: %s", self.labels.report())
-
-    @staticmethod
-    def _drop_empty(index: MlfIndex) -> MlfIndex:
-        """Leaves out entries of zero frames (every label line empty, e.g. ``0 0 s1``): a sequence needs a sample."""
-        empty = np.flatnonzero(index.lengths == 0)
-        if not len(empty):
-            return index
-        where = index.files[0] if len(index.files) == 1 else f"one of {len(index.files)} MLF files"
-        for key in index.keys.take(empty):
-            index.invalid.append(InvalidEntry(where, key, 0, "every label line is empty (0 frames)"))
-        keep = index.lengths > 0  # an empty entry has no runs
-        key_lengths = np.diff(index.keys.offsets)
-        offsets = np.zeros(int(keep.sum()) + 1, dtype=np.int64)
-        np.cumsum(key_lengths[keep], out=offsets[1:])
-        runs = np.diff(index.run_offsets)
-        run_offsets = np.zeros(len(offsets), dtype=np.int64)
-        np.cumsum(runs[keep], out=run_offsets[1:])
-        blob = index.keys.blob[np.repeat(keep, key_lengths)]
-        index.keys = type(index.keys)(blob, offsets)
-        index.run_offsets = run_offsets
-        index.lengths = index.lengths[keep]
-        return index
 
     def _build_index(self, chunk_bytes: int, frame_bytes: int) -> SequenceIndex:
         """Chunks of consecutive entries: entry i goes to chunk ``bytes before it // chunk_bytes`` (renumbered
@@ -252,15 +245,4 @@ class HTKMLFDeserializer(IndexedDeserializer):
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickles as its arguments; the copy parses the files again and refuses any that changed."""
         args, kwargs = self._arguments
-        return (_rebuild, (args, kwargs, self.fingerprint()))
-
-
-def _rebuild(args: tuple[Any, ...], kwargs: dict[str, Any], fingerprint: list[Any]) -> HTKMLFDeserializer:
-    reader = HTKMLFDeserializer(*args, **kwargs)
-    if reader.fingerprint() != fingerprint:
-        raise FormatError(
-            "an MLF file or the state list changed since the deserializer was pickled; build a new one to read "
-            "the new contents",
-            Location(reader.files[0], 0),
-        )
-    return reader
+        return (rebuild_unchanged, (type(self), args, kwargs, self.fingerprint()))

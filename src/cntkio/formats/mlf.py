@@ -2,12 +2,15 @@
 
 Labels are kept as runs of states per utterance (never one value per frame): entry ``i`` has the runs
 ``run_offsets[i]:run_offsets[i + 1]``, each a ``uint16`` state id and a ``uint32`` frame count (>= 1).
-Runs of a kept entry are contiguous and start at frame 0, so a run's first frame is the sum of the counts
-before it in its entry (``first_frames()`` computes them). Memory: 6 bytes per run and 24 bytes per
-entry (run offset, length, key offset) plus the key's UTF-8 bytes.
+Every label line of at least one frame is a run of its own: consecutive lines of the same state are not
+merged, so a run's first frame is a label line's first frame (a phone boundary). Runs of a kept entry are
+contiguous and start at frame 0, so a run's first frame is the sum of the counts before it in its entry
+(``first_frames()`` computes them). Memory: 6 bytes per run and 24 bytes per entry (run offset, length,
+key offset) plus the key's UTF-8 bytes.
 
 The grammar is spec/htk-and-mlf.md §2.1 and the state list §2.2. Every check CNTK makes when a chunk is
-loaded is made here, while the index is built.
+loaded is made here, while the index is built. ``mlfFileList`` files (one MLF path per line) are read by
+`read_mlf_file_list`.
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from .. import _native
-from ..errors import ConfigError, FormatError, Location
-from ..keys import TextKeys
+from ..errors import ConfigError, FormatError, Location, MaxErrorsExceeded
+from ..keys import TextKeys, duplicate_keys, join_keys
 
 MAX_REPORTED_KEYS = 10
 MAX_DIM = 65535
@@ -29,16 +32,25 @@ MAX_DIM = 65535
 
 @dataclass(frozen=True)
 class InvalidEntry:
-    """An MLF entry left out of the index: its file, key (the header text when it has none), 1-based line
-    and the reason."""
+    """An MLF entry left out of the index: its file, key (the header text when it has none, ``""`` for a
+    stray ``.`` line), the 1-based line the problem is on, the reason, and the line's byte offset."""
 
     file: str
     key: str
     line: int
     reason: str
+    offset: int = 0
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line} (utterance {self.key!r}): {self.reason}"
+
+    def location(self) -> Location:
+        """Where the problem is: the MLF file, byte offset, line and the utterance key (None for a stray ``.``)."""
+        return Location(self.file, self.offset, self.line, sequence_key=self.key or None)
+
+    def error(self) -> FormatError:
+        """The entry as the `FormatError` raised when it is not tolerated (``max_errors``)."""
+        return FormatError(f"invalid MLF entry: {self.reason}", self.location())
 
 
 @dataclass
@@ -46,7 +58,8 @@ class MlfIndex:
     """The labels of every kept MLF entry, as columns (see the module docstring).
 
     ``invalid`` lists every entry left out (non-contiguous ranges, a first range not at frame 0, no
-    label lines, an unquoted header, an entry not ended by ``.``); ``duplicates`` counts entries whose key
+    label lines, zero frames, an unquoted header, an entry not ended by ``.`` or cut by the end of its
+    file); ``duplicates`` counts entries whose key
     an earlier entry (in the same or an earlier file) already had — the first is kept, later ones are
     dropped — and ``duplicate_keys`` holds the first few of those keys.
     """
@@ -141,15 +154,26 @@ def _parse_one(path: str, states: list[str] | None, dim: int) -> dict[str, Any]:
     return result
 
 
-def parse_mlf(paths: str | os.PathLike[str] | list[str], states: list[str] | None, dim: int) -> MlfIndex:
+def parse_mlf(
+    paths: str | os.PathLike[str] | list[str],
+    states: list[str] | None,
+    dim: int,
+    *,
+    max_errors: int | None = None,
+) -> MlfIndex:
     """Parses one or several MLF files into one `MlfIndex` (entries in file order, then line order).
 
     ``states`` is the state list (`read_state_list`); with ``None`` every label line must be
     ``start end name class_id``. ``dim`` is the label dimension (at most 65535, else `ConfigError`): an id at or
     above it is fatal. Fatal problems raise `FormatError` naming the file, line, column and utterance.
 
+    Invalid entries (see `MlfIndex`) are left out and listed in ``MlfIndex.invalid``. ``max_errors`` bounds
+    them: ``None`` (the default) tolerates any number; with ``0`` the first one raises `FormatError` naming
+    the file, line and utterance; with ``N`` the first ``N`` are skipped and the next raises
+    `~cntkio.MaxErrorsExceeded` (raised as soon as the file holding it is parsed).
+
     Duplicate keys (within a file or across files): the first entry is kept, the later ones dropped and
-    counted in ``MlfIndex.duplicates`` (their keys, the first few, in ``duplicate_keys``).
+    counted in ``MlfIndex.duplicates`` (their keys, the first few, in ``duplicate_keys``). They are not errors.
     """
     files = [os.fspath(paths)] if isinstance(paths, (str, os.PathLike)) else [os.fspath(p) for p in paths]
     if not files:
@@ -157,14 +181,21 @@ def parse_mlf(paths: str | os.PathLike[str] | list[str], states: list[str] | Non
     if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or not 0 < int(dim) <= MAX_DIM:
         raise ConfigError(f"dim must be an integer in [1, {MAX_DIM}] (class ids are 16-bit), got {dim!r}")
     dim = int(dim)
+    if max_errors is not None:
+        max_errors = check_max_errors(max_errors)
     if states is not None:
         states = list(states)  # ids >= dim are fatal only when a label line uses them
     parts = []
     invalid: list[InvalidEntry] = []
     for path in files:
         result = _parse_one(path, states, dim)
-        for key, line, reason in result["invalid"]:
-            invalid.append(InvalidEntry(path, key.decode("utf-8", "backslashreplace"), int(line), reason))
+        for key, line, offset, reason in result["invalid"]:
+            entry = InvalidEntry(path, key.decode("utf-8", "backslashreplace"), int(line), reason, int(offset))
+            if max_errors == 0:
+                raise entry.error()
+            if max_errors is not None and len(invalid) >= max_errors:
+                raise MaxErrorsExceeded(entry.error(), max_errors)
+            invalid.append(entry)
         parts.append(result)
 
     blob = np.concatenate([p["key_blob"] for p in parts]) if len(parts) > 1 else parts[0]["key_blob"]
@@ -187,6 +218,40 @@ def parse_mlf(paths: str | os.PathLike[str] | list[str], states: list[str] | Non
     return _drop_duplicates(index)
 
 
+def check_max_errors(max_errors: object) -> int:
+    """``max_errors`` as an int >= 0, else `ConfigError`."""
+    if isinstance(max_errors, bool) or not isinstance(max_errors, (int, np.integer)) or max_errors < 0:
+        raise ConfigError(f"max_errors must be an integer >= 0, got {max_errors!r}")
+    return int(max_errors)
+
+
+def read_mlf_file_list(path: str | os.PathLike[str]) -> list[str]:
+    """The MLF paths of an ``mlfFileList`` file (CNTK's text-file form, spec §2.1): one path per line.
+
+    Line ends may be ``\\n``, ``\\r\\n`` or ``\\r``; whitespace around a path is removed and blank lines are
+    skipped. Paths are returned as written: a relative path is *not* made relative to the list file's
+    directory (CNTK opened it relative to the working directory). A list naming no path raises `ConfigError`;
+    a name that is not UTF-8 raises `FormatError` naming the file and line.
+    """
+    name = os.fspath(path)
+    with open(name, "rb") as f:
+        data = f.read()
+    if data.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte order mark
+        data = data[3:]
+    paths: list[str] = []
+    for number, match in enumerate(re.finditer(rb"([^\r\n]*)(?:\r\n|\r|\n|\Z)", data), start=1):
+        text = match.group(1).strip()
+        if not text:
+            continue
+        try:
+            paths.append(text.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise FormatError(f"MLF path is not UTF-8 ({e})", Location(name, match.start(), number)) from None
+    if not paths:
+        raise ConfigError(f"the MLF file list '{name}' names no MLF file")
+    return paths
+
+
 def _concat(arrays: list[np.ndarray]) -> np.ndarray:
     return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
@@ -203,27 +268,23 @@ def _concat_offsets(columns: list[np.ndarray]) -> np.ndarray:
 
 
 def _drop_duplicates(index: MlfIndex) -> MlfIndex:
-    """Keeps the first entry of every key."""
+    """Keeps the first entry of every key and drops the later ones (counted, the first few keys kept).
+
+    Natively: ``duplicate_keys`` (one hash table over the keys) says whether there is any duplicate; it gives
+    the count but only the first few duplicate rows, so when there are some, a join of the keys to themselves
+    gives every row the first row holding its key (``match``): row ``i`` is kept when ``match[i] == i``."""
     n = len(index)
     if n < 2:
         return index
-    blob = index.keys.blob.tobytes()
-    offsets = index.keys.offsets.tolist()
-    seen: set[bytes] = set()
-    duplicate_rows: list[int] = []
-    for i in range(n):
-        key = blob[offsets[i] : offsets[i + 1]]
-        if key in seen:
-            duplicate_rows.append(i)
-        else:
-            seen.add(key)
-    del seen
-    if not duplicate_rows:
+    count, _ = duplicate_keys(index.keys, by_text=True)
+    if count == 0:
         return index
-    keep = np.ones(n, dtype=bool)
-    keep[duplicate_rows] = False
+    match = join_keys(index.keys, index.keys, by_text=True, keep_last=False).match
+    keep = match == np.arange(n, dtype=match.dtype)
+    del match
+    duplicate_rows = np.flatnonzero(~keep)  # as many as `count`: both keep the first row of a key
     index.duplicates = len(duplicate_rows)
-    index.duplicate_keys = index.keys.take(np.array(duplicate_rows[:MAX_REPORTED_KEYS], dtype=np.int64))
+    index.duplicate_keys = index.keys.take(duplicate_rows[:MAX_REPORTED_KEYS])
     runs_per_entry = np.diff(index.run_offsets)
     keep_runs = np.repeat(keep, runs_per_entry)
     key_lengths = np.diff(index.keys.offsets)
