@@ -2,6 +2,7 @@
 // (sequence offsets, CSR arrays, indices, invalid-sequence flags, a primary's rows, a secondary's lookup,
 // truncation caps) must either be refused at the boundary or gather any request without reading out of
 // bounds; a gathered minibatch's arrays must be consistent.
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -127,6 +128,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   if (in.next(2)) store.set_caps(caps->data(), static_cast<int64_t>(caps->size()), caps);
+  const bool broadcast = in.next(2) != 0;
+  if (broadcast) store.set_broadcast(1);
   const int64_t n = in.next(20);
   std::vector<int32_t> chunks(n, 0);
   std::vector<int64_t> units(n), offsets(n), counts(n);
@@ -160,6 +163,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       } else {
         check(static_cast<int64_t>(out.values.size()) == samples * layout[s].width * 4);
       }
+    }
+    if (broadcast) {  // the secondary's one sample repeated as often as the primary's longest stream
+      for (size_t i = 0; i < r.streams[2].lengths.size(); ++i)
+        check(r.streams[2].lengths[i] == std::max(r.streams[0].lengths[i], r.streams[1].lengths[i]));
     }
   } catch (const std::invalid_argument&) {
   }

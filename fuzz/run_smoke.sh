@@ -26,3 +26,4 @@ run fuzz_assemble $((seconds / 10)) assemble_fuzz.cpp ../src/native/assemble.cpp
 run fuzz_keys $((seconds / 10)) keys_fuzz.cpp ../src/native/keys.cpp
 run fuzz_records $((seconds / 5)) records_fuzz.cpp ../src/native/records.cpp
 run fuzz_mlf $((seconds / 10)) mlf_fuzz.cpp ../src/native/mlf.cpp
+run fuzz_htk $((seconds / 10)) htk_fuzz.cpp ../src/native/htk.cpp

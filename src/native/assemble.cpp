@@ -26,6 +26,18 @@ void check_offsets(const int64_t* offsets, int64_t count, int64_t last, size_t s
   }
 }
 
+// The last position p of the sorted `values` (values[0] <= x) with values[p] <= x: a binary search without
+// branches on the data, so random frames do not stall on mispredictions.
+int64_t last_at_most(const int64_t* values, int64_t n, int64_t x) {
+  const int64_t* base = values;
+  while (n > 1) {
+    const int64_t half = n / 2;
+    base = base[half] <= x ? base + half : base;
+    n -= half;
+  }
+  return base - values;
+}
+
 }  // namespace
 
 void validate(const Chunk& chunk, const std::vector<ColumnSpec>& layout) {
@@ -57,6 +69,7 @@ Store::Store(std::vector<std::vector<ColumnSpec>> layouts, std::vector<int64_t> 
   for (const int64_t count : slot_counts) {
     if (count < 0) throw std::invalid_argument("negative slot count");
     slots_.emplace_back(static_cast<size_t>(count));
+    seen_.emplace_back(static_cast<size_t>(count), 0);
   }
   lookups_.resize(layouts_.size());
   broadcast_.assign(layouts_.size(), 0);
@@ -120,10 +133,12 @@ GatherResult Store::gather(const Request& request) const {
   std::vector<std::shared_ptr<const Slot>> held;  // kept alive while copying, after the lock is released
   std::vector<int64_t> ids(n);
   std::vector<uint8_t> broadcast;
-  auto hold = [&](size_t d, std::vector<int64_t> wanted) {  // holds the loaded slots, lists the others
-    std::sort(wanted.begin(), wanted.end());
-    wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
+  uint64_t stamp = 0;
+  auto hold = [&](size_t d, const std::vector<int64_t>& wanted) {  // holds the loaded slots, lists the others
+    std::vector<uint64_t>& seen = seen_[d];
     for (const int64_t id : wanted) {
+      if (seen[static_cast<size_t>(id)] == stamp) continue;
+      seen[static_cast<size_t>(id)] = stamp;
       const auto& slot = slots_[d][static_cast<size_t>(id)];
       if (slot) {
         held.push_back(slot);
@@ -135,6 +150,7 @@ GatherResult Store::gather(const Request& request) const {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     broadcast = broadcast_;
+    stamp = ++gathers_;
     const auto& table = slots_[0];
     for (int64_t i = 0; i < n; ++i) {
       ids[i] = request.chunk[i];
@@ -157,9 +173,9 @@ GatherResult Store::gather(const Request& request) const {
       if (request.kind == UnitKind::frames) {
         const auto& starts = slot.frame_starts;
         if (local < 0 || starts.empty() || local >= starts.back()) throw std::invalid_argument("frame outside its chunk");
-        const auto it = std::upper_bound(starts.begin(), starts.end(), local) - 1;
-        first = local - *it;
-        local = it - starts.begin();
+        const int64_t row = last_at_most(starts.data(), static_cast<int64_t>(starts.size()), local);
+        first = local - starts[static_cast<size_t>(row)];
+        local = row;
         take = 1;
       } else if (request.kind == UnitKind::pieces) {
         first = request.offset[i];

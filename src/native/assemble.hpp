@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "buffer.hpp"
+
 namespace cntkio::assemble {
 
 // One stream of a parsed chunk: dense rows of `width` values, or CSR rows of dimension `width`.
@@ -70,11 +72,11 @@ struct Request {
   UnitKind kind = UnitKind::sequences;
 };
 
-struct StreamOut {
-  std::vector<char> values;
-  std::vector<int32_t> indices;
-  std::vector<int64_t> indptr;
-  std::vector<int64_t> lengths;  // samples per kept unit
+struct StreamOut {  // written once by the gather: not zero-filled first
+  Buffer<char> values;
+  Buffer<int32_t> indices;
+  Buffer<int64_t> indptr;
+  Buffer<int64_t> lengths;  // samples per kept unit
 };
 
 struct GatherResult {
@@ -125,6 +127,10 @@ class Store {
   std::vector<std::vector<std::shared_ptr<const Slot>>> slots_;
   std::vector<Lookup> lookups_;
   std::vector<uint8_t> broadcast_;  // per deserializer
+  // Per deserializer and slot, the number of the last gather that used the slot: finds the distinct slots
+  // of a minibatch in one pass (guarded by the mutex).
+  mutable std::vector<std::vector<uint64_t>> seen_;
+  mutable uint64_t gathers_ = 0;
   const int64_t* caps_ = nullptr;
   int64_t caps_size_ = 0;
   std::shared_ptr<void> caps_owner_;

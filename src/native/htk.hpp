@@ -27,7 +27,7 @@ struct Run {                      // frames first_frame .. first_frame + frames 
 struct ShortData : std::runtime_error {
   ShortData(int64_t run, int64_t offset) : std::runtime_error("HTK file ended early"), run(run), offset(offset) {}
   int64_t run;     // the run that could not be read
-  int64_t offset;  // where the file ended
+  int64_t offset;  // where reading stopped: the end of the file, or the run's start if it lies past the end
 };
 
 // Reads the runs one after the other into `frames` (sum of run frames x dim floats). Elements are float32, or
