@@ -248,6 +248,11 @@ class SequenceIndex:
     def num_sequences(self) -> int:
         return len(self.lengths)
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes the index holds (its columns)."""
+        return int(self.chunk_starts.nbytes + self.lengths.nbytes + self.keys.nbytes)
+
     @staticmethod
     def from_chunks(chunks: list[ChunkIndex], source: str) -> SequenceIndex:
         """Builds the columns from per-chunk indexes, checking them."""

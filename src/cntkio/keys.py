@@ -37,6 +37,11 @@ class KeyColumn:
         """Whether the keys are texts (then every key column they are joined with compares as text)."""
         return False
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes the column holds (its arrays; Python objects of :class:`ObjectKeys` are not counted)."""
+        return 0
+
     def native(self) -> tuple[int, np.ndarray, np.ndarray | None]:
         """The column as the native key functions take it: (0, int64 as uint64, None), (1, uint64, None)
         or (2, UTF-8 blob, offsets)."""
@@ -104,6 +109,10 @@ class NumericKeys(KeyColumn):
     def __len__(self) -> int:
         return len(self.values)
 
+    @property
+    def nbytes(self) -> int:
+        return int(self.values.nbytes)
+
     def take(self, indices: np.ndarray) -> list[Any]:
         return self.values[indices].tolist()  # type: ignore[no-any-return]
 
@@ -130,6 +139,10 @@ class RangeKeys(NumericKeys):
 
     def __len__(self) -> int:
         return self.count
+
+    @property
+    def nbytes(self) -> int:
+        return 0
 
     def take(self, indices: np.ndarray) -> list[Any]:
         rows = np.asarray(indices, dtype=np.int64)
@@ -164,6 +177,10 @@ class TextKeys(KeyColumn):
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.blob.nbytes + self.offsets.nbytes)
 
     def take(self, indices: np.ndarray) -> list[Any]:
         blob = self.blob

@@ -519,6 +519,7 @@ class HTKFeatureDeserializer(IndexedDeserializer):
             "kind": _describe_kind(self.header),
             "context": self.context,
             "broadcast": self.broadcast,
+            "index_bytes": self._index.nbytes + self._file_ids.nbytes + self._starts.nbytes + self._swap.nbytes,
             "skipped_errors": self.errors.count,
             "skipped_too_long": self.skipped_too_long,
             "duplicates_dropped": 0 if self.duplicates is None else self.duplicates.entries,

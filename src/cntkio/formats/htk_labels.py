@@ -176,7 +176,8 @@ class HTKMLFDeserializer(IndexedDeserializer):
         bucket = (before * frame_bytes) // chunk_bytes
         first = np.flatnonzero(np.concatenate(([True], bucket[1:] != bucket[:-1])))
         starts = np.append(first, len(lengths)).astype(np.int64)
-        return SequenceIndex(starts, narrow_lengths(lengths), self.labels.keys)
+        self.labels.lengths = narrow_lengths(self.labels.lengths)  # one copy, shared with the index
+        return SequenceIndex(starts, self.labels.lengths, self.labels.keys)
 
     # ------------------------------------------------------------------------------- protocol
     def get_chunk(self, chunk_id: int) -> dict[str, StreamData]:
@@ -238,6 +239,7 @@ class HTKMLFDeserializer(IndexedDeserializer):
             "frames": int(self.labels.lengths.sum()),
             "runs": self.labels.num_runs,
             "chunks": self.num_chunks(),
+            "index_bytes": self._index.nbytes + self.labels.nbytes,
             "invalid": len(self.labels.invalid),
             "duplicates": self.labels.duplicates,
         }

@@ -68,7 +68,7 @@ class MlfIndex:
     run_offsets: np.ndarray  # int64, entries + 1
     run_states: np.ndarray  # uint16, runs
     run_counts: np.ndarray  # uint32, runs
-    lengths: np.ndarray  # int64, entries (frames)
+    lengths: np.ndarray  # int64 (int32 once a deserializer indexed it), entries (frames)
     dim: int
     files: list[str]
     invalid: list[InvalidEntry] = field(default_factory=list)
@@ -81,6 +81,11 @@ class MlfIndex:
     @property
     def num_runs(self) -> int:
         return len(self.run_states)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the runs and their offsets (the keys and lengths are the deserializer's index)."""
+        return int(self.run_offsets.nbytes + self.run_states.nbytes + self.run_counts.nbytes)
 
     def first_frames(self) -> np.ndarray:
         """The first frame of every run within its entry (int64)."""
