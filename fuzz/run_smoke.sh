@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the fuzz targets (CTF parser, CBF reader, record framing, minibatch assembly, key join) with AddressSanitizer and
-# UndefinedBehaviorSanitizer and runs them for a short while on the seeds (libFuzzer with clang when available; the standalone driver with g++ otherwise).
+# Builds the fuzz targets (CTF parser, CBF reader, record framing, minibatch assembly, key join, MLF and SCP
+# parsers, HTK frame reader) with AddressSanitizer and UndefinedBehaviorSanitizer and runs them for a short while
+# on the seeds (libFuzzer with clang when available; the standalone driver with g++ otherwise).
 set -euo pipefail
 cd "$(dirname "$0")"
 seconds=${1:-20}
@@ -26,4 +27,5 @@ run fuzz_assemble $((seconds / 10)) assemble_fuzz.cpp ../src/native/assemble.cpp
 run fuzz_keys $((seconds / 10)) keys_fuzz.cpp ../src/native/keys.cpp
 run fuzz_records $((seconds / 5)) records_fuzz.cpp ../src/native/records.cpp
 run fuzz_mlf $((seconds / 10)) mlf_fuzz.cpp ../src/native/mlf.cpp
+run fuzz_scp $((seconds / 10)) scp_fuzz.cpp ../src/native/scp.cpp
 run fuzz_htk $((seconds / 10)) htk_fuzz.cpp ../src/native/htk.cpp

@@ -1,5 +1,5 @@
 // A small driver for fuzz targets where libFuzzer is not available (g++): runs the target on every seed
-// file given, then on random mutations of them (byte flips, inserted CTF tokens, cuts, splices) until the
+// file given, then on random mutations of them (byte flips, inserted CTF and SCP tokens, cuts, splices) until the
 // time budget runs out. Deterministic for a given --seed. An input that aborts the target is written to
 // ./crash-input. Usage: fuzz_ctf [--seconds N] [--seed S] SEED...
 #include <fcntl.h>
@@ -61,7 +61,8 @@ int main(int argc, char** argv) {
     LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(input.data()), input.size());
   }
   static const char* tokens[] = {"|", "|a ", "|b ", "|c ", "|#", ":", "\n", " ", "\t", "\r", "1e308", "-", ".",
-                                 "3.5", "99999999999999999999", "0", "\xef\xbb\xbf", "\xff\xfe", "e", "|a", "\0"};
+                                 "3.5", "99999999999999999999", "0", "\xef\xbb\xbf", "\xff\xfe", "e", "|a", "\0",
+                                 "=", "[", "]", ",", "..."};
   std::mt19937_64 rng(seed);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   uint64_t runs = 0;

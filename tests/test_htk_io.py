@@ -300,7 +300,6 @@ def test_prefix_path(tmp_path):
         ("a.mfc=p[x,1]", 9, "start 'x'"),
         ("a.mfc=p[-1,1]", 9, "start '-1'"),
         ("a.mfc=p[0,]", 11, "end ''"),
-        ("a.mfc=p[5,4]", 8, "start > end"),
         ("=p[0,1]", 1, "empty logical name"),
         ("a.mfc=[0,1]", 7, "no physical path"),
     ],

@@ -698,12 +698,14 @@ nb::list cbf_encode(const nb::list& columns, int64_t first, int64_t last) {
 
 void bind_records(nb::module_& m);  // records_bindings.cpp
 void bind_mlf(nb::module_& m);      // mlf_bindings.cpp
+void bind_scp(nb::module_& m);      // scp_bindings.cpp
 void bind_htk(nb::module_& m);      // htk_bindings.cpp
 
 NB_MODULE(_native, m) {
   m.doc() = "Native core of cntkio: CTF indexer and parser, minibatch assembly, CNTK block randomization.";
   bind_records(m);
   bind_mlf(m);
+  bind_scp(m);
   bind_htk(m);
   cbf_error_type = nb::exception<cbf::CbfError>(m, "CbfError", PyExc_ValueError);
   nb::class_<CbfFile>(m, "CbfFile")

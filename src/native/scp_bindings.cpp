@@ -1,0 +1,119 @@
+// Python bindings of the SCP parser (scp.hpp), registered into cntkio._native by module.cpp.
+// Arguments are checked here; the GIL is released while a file is parsed and while duplicates are dropped.
+// The columns are handed to NumPy without a copy (each array owns its vector).
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "scp.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+template <class T>
+nb::ndarray<nb::numpy, T> owned_array(std::vector<T>&& values) {
+  auto* owned = new std::vector<T>(std::move(values));
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+  const size_t shape[1] = {owned->size()};
+  return nb::ndarray<nb::numpy, T>(owned->data(), 1, shape, owner);
+}
+
+// A str from UTF-8 bytes, each byte of an invalid sequence as a lone surrogate (Python's surrogateescape).
+nb::str decode(const char* data, size_t size) {
+  PyObject* text = PyUnicode_DecodeUTF8(data, static_cast<Py_ssize_t>(size), "surrogateescape");
+  if (text == nullptr) throw nb::python_error();
+  return nb::steal<nb::str>(text);
+}
+
+class ScpParser {
+ public:
+  ScpParser(std::optional<nb::bytes> prefix, int64_t block) {
+    if (block < 256 || block > (int64_t{1} << 30)) throw nb::value_error("block must be in [256, 2**30]");
+    cntkio::scp::Options options;
+    options.has_prefix = prefix.has_value();
+    if (prefix) options.prefix.assign(prefix->c_str(), prefix->size());
+    options.block_size = block;
+    parser_.emplace(std::move(options));
+  }
+
+  nb::object add(int fd, int64_t size, nb::bytes directory) {
+    if (fd < 0) throw nb::value_error("invalid file descriptor");
+    if (size < 0) throw nb::value_error("size must be >= 0");
+    if (!parser_) throw nb::value_error("the parser has finished");
+    if (failed_) throw nb::value_error("the parser stopped at a malformed entry");
+    const std::string dir(directory.c_str(), directory.size());
+    bool ok = false;
+    {
+      nb::gil_scoped_release release;
+      ok = parser_->add_file(fd, size, dir);
+    }
+    if (ok) return nb::none();
+    failed_ = true;
+    const cntkio::scp::Fatal& f = parser_->fatal();
+    nb::object detail = f.has_detail ? nb::object(nb::bytes(f.detail.data(), f.detail.size())) : nb::none();
+    return nb::make_tuple(f.message, f.offset, f.line, f.column, detail);
+  }
+
+  nb::dict finish() {
+    if (!parser_) throw nb::value_error("the parser has finished");
+    cntkio::scp::Result r;
+    {
+      nb::gil_scoped_release release;
+      r = parser_->finish();
+    }
+    parser_.reset();
+    nb::dict d;
+    d["key_blob"] = owned_array(std::move(r.key_blob));
+    d["key_offsets"] = owned_array(std::move(r.key_offsets));
+    nb::list paths;
+    for (size_t i = 0; i + 1 < r.path_offsets.size(); ++i) {
+      const int64_t b = r.path_offsets[i], e = r.path_offsets[i + 1];
+      paths.append(decode(reinterpret_cast<const char*>(r.path_blob.data()) + b, static_cast<size_t>(e - b)));
+    }
+    std::vector<uint8_t>().swap(r.path_blob);
+    d["paths"] = paths;
+    d["path_ids"] = owned_array(std::move(r.path_ids));
+    d["starts"] = owned_array(std::move(r.starts));
+    d["ends"] = owned_array(std::move(r.ends));
+    d["lines"] = owned_array(std::move(r.lines));
+    d["source_ids"] = owned_array(std::move(r.source_ids));
+    d["duplicate_entries"] = r.duplicate_entries;
+    d["duplicate_keys"] = r.duplicate_keys;
+    nb::list first;
+    for (const std::string& key : r.first_duplicates) first.append(decode(key.data(), key.size()));
+    d["first_duplicates"] = first;
+    return d;
+  }
+
+ private:
+  std::optional<cntkio::scp::Parser> parser_;
+  bool failed_ = false;
+};
+
+}  // namespace
+
+void bind_scp(nb::module_& m) {
+  nb::class_<ScpParser>(m, "ScpParser")
+      .def(nb::init<std::optional<nb::bytes>, int64_t>(), "prefix"_a.none(), "block"_a = int64_t{4} << 20,
+           "An SCP parser: prefix is the normalized prefix path as UTF-8 bytes ('/' separators, one trailing '/'), "
+           "or None (the first '...' of an entry then becomes its SCP file's directory); block: bytes per pread.")
+      .def("add", &ScpParser::add, "fd"_a, "size"_a, "directory"_a,
+           "Parse bytes [0, size) of the SCP file open as fd (pread in blocks, GIL released), appending its entries; "
+           "directory: what '...' becomes (UTF-8 bytes). Returns None, or the malformed entry that stopped the parse "
+           "as (message, byte offset, line, column, detail): detail is None, or bytes of the line to show, quoted, "
+           "in place of the '{}' of the message. The parser is unusable after an error.")
+      .def("finish", &ScpParser::finish,
+           "The columns of the files added, every entry of a duplicated key dropped (GIL released): a dict of "
+           "key_blob uint8 + key_offsets int64 (entries + 1), paths (distinct physical paths, first-seen order, "
+           "str), path_ids int32, starts and ends int64 (-1/-1 unranged), lines int32, source_ids int32, "
+           "duplicate_entries, duplicate_keys, first_duplicates (the first few duplicated keys, str).");
+}
