@@ -74,7 +74,7 @@ def test_units_decided_per_line_and_rounding(tmp_path):
         "2 250000.0 s2\n"  # 100 ns: 0 .. round(2.5) = 3; starts at frame 0, not 2: invalid
         ".\n"
     )
-    index = parse_mlf(write(tmp_path, text), STATES, 5)
+    index = parse_mlf(write(tmp_path, text), STATES, 5, max_errors=None)
     assert entries(index) == {"v": [(0, 99998), (1, 2)]}
     reasons = {e.key: (e.line, e.reason) for e in index.invalid}
     assert reasons["u"][0] == 6 and "not contiguous" in reasons["u"][1]
@@ -194,7 +194,7 @@ def test_invalid_entries_are_skipped_and_reported(tmp_path):
         '"truncated.lab"\n0 1 s1\n'  # the file ends (reported on the entry's last line, where it was cut)
     )
     path = write(tmp_path, text)
-    index = parse_mlf(path, STATES, 5)
+    index = parse_mlf(path, STATES, 5, max_errors=None)
     assert list(entries(index)) == ["good1", "good2"]
     found = [(e.key, e.line) for e in index.invalid]
     assert found == [
@@ -217,11 +217,13 @@ def test_invalid_entries_are_skipped_and_reported(tmp_path):
     assert "9 invalid entries" in report and f"{path}:10" in report
 
 
-def test_fatal_inside_invalid_entry_still_raised(tmp_path):
+def test_an_entry_is_reported_for_its_first_problem(tmp_path):
     text = '#!MLF!#\n"gap.lab"\n0 2 s1\n3 4 s2\n5 4 s1\n.\n'
-    with pytest.raises(FormatError, match="before start") as e:
+    with pytest.raises(FormatError, match="not contiguous") as e:
         parse_mlf(write(tmp_path, text), STATES, 5)
-    assert e.value.line == 5
+    assert e.value.line == 4
+    index = parse_mlf(write(tmp_path, text + '"ok.lab"\n0 1 s1\n.\n'), STATES, 5, max_errors=1)
+    assert list(entries(index)) == ["ok"] and len(index.invalid) == 1
 
 
 def test_dim_limits(tmp_path):
@@ -238,7 +240,7 @@ def test_several_files_and_duplicate_keys(tmp_path):
     second = write(
         tmp_path, '#!MLF!#\n"*/spk1_utt7.rec"\n0 1 b\n.\n"new.lab"\n0 2 a\n1 2 a\n.\n"z.lab"\n0 3 b\n.\n', "b.mlf"
     )
-    index = parse_mlf([first, second], STATES, 5)
+    index = parse_mlf([first, second], STATES, 5, max_errors=None)
     assert entries(index) == {
         "spk1_utt7": [(0, 12), (1, 13), (2, 1)],
         "other/path/utt8": [(0, 3), (3, 2)],
@@ -346,7 +348,7 @@ def test_same_state_lines_stay_separate_runs(tmp_path):
 def test_zero_frame_entries_are_invalid(tmp_path):
     text = '#!MLF!#\n"a.lab"\n0 0 s1\n0 0 s2\n.\n"b.lab"\n0 1 s1\n.\n"a.lab"\n0 2 s2\n.\n'
     path = write(tmp_path, text)
-    index = parse_mlf(path, STATES, 5)
+    index = parse_mlf(path, STATES, 5, max_errors=None)
     # the empty entry is left out before duplicates are looked for: the later "a" is kept, not a duplicate
     assert entries(index) == {"b": [(0, 1)], "a": [(1, 2)]} and index.duplicates == 0
     assert [(e.key, e.line) for e in index.invalid] == [("a", 2)] and "0 frames" in index.invalid[0].reason
@@ -370,7 +372,7 @@ def test_max_errors_counts_invalid_entries_in_file_order(tmp_path):
     index = parse_mlf([first, second], STATES, 5, max_errors=3)
     assert [(e.key, e.line) for e in index.invalid] == [("gap", 13), ("late", 16), ("none", 2)]
     assert list(entries(index)) == ["spk1_utt7", "other/path/utt8", "ok"]
-    assert parse_mlf([first, second], STATES, 5).invalid == index.invalid  # None (the default): no limit
+    assert parse_mlf([first, second], STATES, 5, max_errors=None).invalid == index.invalid  # None: no limit
     # the budget is spent as soon as the first file is parsed: the second (fatal) one is never read
     fatal = write(tmp_path, '#!MLF!#\n"q.lab"\n0 1 nope\n.\n', "c.mlf")
     with pytest.raises(MaxErrorsExceeded) as e:
@@ -442,10 +444,10 @@ def test_cut_in_the_middle_of_a_label_line_explains_itself(tmp_path):
     with pytest.raises(FormatError, match=r"ends after label line 12, before the entry's '\.' line") as e:
         parse_mlf(path, STATES, 5, max_errors=0)
     assert (e.value.line, e.value.sequence_key) == (12, "last")
-    # the same malformed line is fatal when the file goes on after it
+    # the same malformed line when the file goes on after it: an invalid entry, not truncated
     with pytest.raises(FormatError, match="needs the columns") as e:
-        parse_mlf(write(tmp_path, SPEC_EXAMPLE + '"last.lab"\n0 3 s1\n3 5\n.\n'), STATES, 5, max_errors=5)
-    assert e.value.line == 13 and e.value.column == 1
+        parse_mlf(write(tmp_path, SPEC_EXAMPLE + '"last.lab"\n0 3 s1\n3 5\n.\n'), STATES, 5, max_errors=0)
+    assert e.value.line == 13 and e.value.column == 1 and "truncated" not in e.value.reason
     # a file whose last '.' has no end of line is complete
     assert len(parse_mlf(write(tmp_path, SPEC_EXAMPLE.rstrip("\n")), STATES, 5, max_errors=0)) == 2
 

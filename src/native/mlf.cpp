@@ -131,8 +131,8 @@ class Parser {
     return false;
   }
 
-  void invalid(std::string key, int64_t line, int64_t offset, std::string reason) {
-    result_.invalid.push_back(InvalidEntry{std::move(key), line, offset, std::move(reason)});
+  void invalid(std::string key, int64_t line, int64_t offset, std::string reason, int64_t column = 0) {
+    result_.invalid.push_back(InvalidEntry{std::move(key), line, offset, std::move(reason), column});
   }
 
   // `terminated`: the line ends with '\n' (false only for the last line of a file that does not end with one).
@@ -167,16 +167,24 @@ class Parser {
         last_offset_ = offset;
         last_terminated_ = terminated;
         label_line(p, e, offset, line);
-        if (!terminated && !result_.fatal.message.empty()) {
-          // The file ends inside this label line (no end of line, no '.' after it): it was cut, so what is
-          // wrong with the line is that it is incomplete. The entry is truncated, not the file unreadable.
-          const std::string problem = std::move(result_.fatal.message);
+        if (!result_.fatal.message.empty()) {  // a bad label line makes its entry invalid, not the file unreadable
+          const Fatal problem = std::move(result_.fatal);
           result_.fatal = Fatal{};
-          invalid(key_, line, offset,
-                  "entry truncated: the file ends in the middle of label line " + std::to_string(line) +
-                      ", which has no end of line and is incomplete (" + problem + "); the entry starts on line " +
-                      std::to_string(header_line_) + " and has no '.' line");
-          state_ = State::outside;
+          if (!terminated) {
+            // The file ends inside this label line (no end of line, no '.' after it): it was cut, so what is
+            // wrong with the line is that it is incomplete.
+            invalid(key_, line, offset,
+                    "entry truncated: the file ends in the middle of label line " + std::to_string(line) +
+                        ", which has no end of line and is incomplete (" + problem.message +
+                        "); the entry starts on line " + std::to_string(header_line_) + " and has no '.' line");
+            state_ = State::outside;
+          } else if (!bad_) {
+            bad_ = true;
+            bad_line_ = line;
+            bad_offset_ = problem.offset;
+            bad_column_ = problem.column;
+            bad_reason_ = problem.message;
+          }
         }
         return;
       case State::skip:
@@ -226,7 +234,7 @@ class Parser {
     last_terminated_ = terminated;
     state_ = State::entry;
     bad_ = false;
-    bad_line_ = bad_offset_ = 0;
+    bad_line_ = bad_offset_ = bad_column_ = 0;
     bad_reason_.clear();
     labels_ = 0;
     expected_ = 0;
@@ -333,6 +341,7 @@ class Parser {
       bad_ = true;
       bad_line_ = line;
       bad_offset_ = offset;
+      bad_column_ = 0;
       bad_reason_ = labels_ == 1 ? "the first label range starts at frame " + std::to_string(first) + ", not 0"
                                  : "label ranges are not contiguous: a range starts at frame " + std::to_string(first) +
                                        " but the previous one ended at frame " + std::to_string(expected_);
@@ -347,7 +356,7 @@ class Parser {
   void end_entry(int64_t line) {
     state_ = State::outside;
     if (bad_) {
-      invalid(key_, bad_line_, bad_offset_, bad_reason_);
+      invalid(key_, bad_line_, bad_offset_, bad_reason_, bad_column_);
       return;
     }
     if (labels_ == 0) {
@@ -409,7 +418,7 @@ class Parser {
   State state_ = State::magic;
   std::string key_;
   int64_t header_line_ = 0, header_offset_ = 0, last_line_ = 0, last_offset_ = 0, labels_ = 0, bad_line_ = 0,
-          bad_offset_ = 0;
+          bad_offset_ = 0, bad_column_ = 0;
   uint64_t expected_ = 0;
   bool bad_ = false, last_terminated_ = true;
   std::string bad_reason_;

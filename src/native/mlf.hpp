@@ -30,6 +30,7 @@ struct InvalidEntry {
   int64_t line = 0;
   int64_t offset = 0;
   std::string reason;
+  int64_t column = 0;  // 1-based column of the problem within its line, 0 when the whole line is meant
 };
 
 // A problem that stops the parse: message, byte offset, 1-based line and column, and the key of the entry

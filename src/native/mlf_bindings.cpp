@@ -52,7 +52,8 @@ nb::dict mlf_parse(int fd, int64_t size, std::optional<std::vector<std::string>>
   d["lengths"] = owned_array(std::move(r.lengths));
   nb::list invalid;
   for (auto& e : r.invalid)
-    invalid.append(nb::make_tuple(nb::bytes(e.key.data(), e.key.size()), e.line, e.offset, std::move(e.reason)));
+    invalid.append(
+        nb::make_tuple(nb::bytes(e.key.data(), e.key.size()), e.line, e.offset, std::move(e.reason), e.column));
   d["invalid"] = invalid;
   d["fatal"] = r.fatal.message.empty()
                    ? nb::none()
@@ -70,6 +71,6 @@ void bind_mlf(nb::module_& m) {
         "(names; the id is the position) or None (label lines then give an integer class id in column 4). Returns "
         "a dict: key_blob uint8 + key_offsets int64 (entries + 1), run_offsets int64 (entries + 1), run_states "
         "uint16 and run_counts uint32 (runs; a run's first frame is the sum of the counts before it in its entry), "
-        "lengths int64 (entries), invalid [(key bytes, line, byte offset of the line, reason)], fatal None or (message, byte offset, line, "
+        "lengths int64 (entries), invalid [(key bytes, line, byte offset of the line or problem, reason, column or 0)], fatal None or (message, byte offset, line, "
         "column, key bytes), lines.");
 }

@@ -79,14 +79,13 @@ class HTKMLFDeserializer(IndexedDeserializer):
     its last label line). Each frame is one sparse sample with one non-zero: its state.
 
     Invalid entries (ranges not contiguous or not starting at frame 0, no label lines, every label line empty
-    so zero frames, an unquoted or unterminated header, an entry not ended by ``.``, and an entry cut by the end
-    of the file, also in the middle of a label line) are errors counted against ``max_errors``: with the
-    default 0 the first raises, naming the file, line and utterance; tolerated ones are skipped. Entries whose
+    so zero frames, an unquoted or unterminated header, an entry not ended by ``.``, an entry cut by the end of
+    the file, and an entry with a bad label line: a state missing from the state list, a class id >= the
+    dimension, end < start, a malformed line) are errors counted against ``max_errors``: with the default 0 the
+    first raises, naming the file, line (and column) and utterance; tolerated ones are skipped. Entries whose
     key an earlier entry already had (in the same or an earlier file) are dropped, the first kept; they are not
     errors. Both are counted and reported once (``report()``, ``invalid``, ``duplicates``, ``duplicate_keys``;
-    one warning with trace_level >= 1). Fatal problems (a state missing from the state list, a class id >= the
-    dimension, end < start, a malformed label line other than a truncated last one, no ``#!MLF!#`` line) raise
-    :class:`~cntkio.FormatError` naming the file, line, column and utterance whatever ``max_errors`` is.
+    one warning with trace_level >= 1). A file without a ``#!MLF!#`` line raises whatever ``max_errors`` is.
 
     CNTK required the MLF deserializer to follow a feature deserializer; here it may also be read alone (the
     primary of a source), e.g. to inspect labels.

@@ -33,20 +33,22 @@ MAX_DIM = 65535
 @dataclass(frozen=True)
 class InvalidEntry:
     """An MLF entry left out of the index: its file, key (the header text when it has none, ``""`` for a
-    stray ``.`` line), the 1-based line the problem is on, the reason, and the line's byte offset."""
+    stray ``.`` line), the 1-based line the problem is on, the reason, the byte offset of the line (or of the
+    problem) and the column of the problem when it is within the line."""
 
     file: str
     key: str
     line: int
     reason: str
     offset: int = 0
+    column: int = 0  # 1-based column of the problem, 0 when the whole line is meant
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line} (utterance {self.key!r}): {self.reason}"
 
     def location(self) -> Location:
         """Where the problem is: the MLF file, byte offset, line and the utterance key (None for a stray ``.``)."""
-        return Location(self.file, self.offset, self.line, sequence_key=self.key or None)
+        return Location(self.file, self.offset, self.line, self.column or None, sequence_key=self.key or None)
 
     def error(self) -> FormatError:
         """The entry as the `FormatError` raised when it is not tolerated (``max_errors``)."""
@@ -164,18 +166,20 @@ def parse_mlf(
     states: list[str] | None,
     dim: int,
     *,
-    max_errors: int | None = None,
+    max_errors: int | None = 0,
 ) -> MlfIndex:
     """Parses one or several MLF files into one `MlfIndex` (entries in file order, then line order).
 
     ``states`` is the state list (`read_state_list`); with ``None`` every label line must be
-    ``start end name class_id``. ``dim`` is the label dimension (at most 65535, else `ConfigError`): an id at or
-    above it is fatal. Fatal problems raise `FormatError` naming the file, line, column and utterance.
+    ``start end name class_id``. ``dim`` is the label dimension (at most 65535, else `ConfigError`). Problems of
+    the file itself (no ``#!MLF!#`` line) raise `FormatError` naming the file and line.
 
-    Invalid entries (see `MlfIndex`) are left out and listed in ``MlfIndex.invalid``. ``max_errors`` bounds
-    them: ``None`` (the default) tolerates any number; with ``0`` the first one raises `FormatError` naming
-    the file, line and utterance; with ``N`` the first ``N`` are skipped and the next raises
-    `~cntkio.MaxErrorsExceeded` (raised as soon as the file holding it is parsed).
+    Invalid entries (see `MlfIndex`; also an entry with a bad label line: a state missing from the state list,
+    a class id at or above ``dim``, end < start, a malformed line) are left out and listed in
+    ``MlfIndex.invalid``. ``max_errors`` bounds them: with ``0`` (the default) the first one raises `FormatError`
+    naming the file, line (and column) and utterance; with ``N`` the first ``N`` are skipped and the next raises
+    `~cntkio.MaxErrorsExceeded` (raised as soon as the file holding it is parsed); ``None`` tolerates any
+    number.
 
     Duplicate keys (within a file or across files): the first entry is kept, the later ones dropped and
     counted in ``MlfIndex.duplicates`` (their keys, the first few, in ``duplicate_keys``). They are not errors.
@@ -194,8 +198,9 @@ def parse_mlf(
     invalid: list[InvalidEntry] = []
     for path in files:
         result = _parse_one(path, states, dim)
-        for key, line, offset, reason in result["invalid"]:
-            entry = InvalidEntry(path, key.decode("utf-8", "backslashreplace"), int(line), reason, int(offset))
+        for key, line, offset, reason, column in result["invalid"]:
+            text_key = key.decode("utf-8", "backslashreplace")
+            entry = InvalidEntry(path, text_key, int(line), reason, int(offset), int(column))
             if max_errors == 0:
                 raise entry.error()
             if max_errors is not None and len(invalid) >= max_errors:
