@@ -14,19 +14,12 @@
 #include <vector>
 
 #include "mlf.hpp"
+#include "numpy_out.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
 
 namespace {
-
-template <class T>
-nb::ndarray<nb::numpy, T> owned_array(std::vector<T>&& values) {
-  auto* owned = new std::vector<T>(std::move(values));
-  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
-  const size_t shape[1] = {owned->size()};
-  return nb::ndarray<nb::numpy, T>(owned->data(), 1, shape, owner);
-}
 
 nb::dict mlf_parse(int fd, int64_t size, std::optional<std::vector<std::string>> states, int64_t dim, int64_t block) {
   if (fd < 0) throw nb::value_error("invalid file descriptor");
@@ -43,13 +36,13 @@ nb::dict mlf_parse(int fd, int64_t size, std::optional<std::vector<std::string>>
     r = cntkio::mlf::parse_file(fd, size, options);
   }
   nb::dict d;
-  d["key_blob"] = owned_array(std::vector<uint8_t>(r.key_blob.begin(), r.key_blob.end()));
+  d["key_blob"] = cntkio::to_numpy(std::vector<uint8_t>(r.key_blob.begin(), r.key_blob.end()));
   std::string().swap(r.key_blob);
-  d["key_offsets"] = owned_array(std::move(r.key_offsets));
-  d["run_offsets"] = owned_array(std::move(r.run_offsets));
-  d["run_states"] = owned_array(std::move(r.run_states));
-  d["run_counts"] = owned_array(std::move(r.run_counts));
-  d["lengths"] = owned_array(std::move(r.lengths));
+  d["key_offsets"] = cntkio::to_numpy(std::move(r.key_offsets));
+  d["run_offsets"] = cntkio::to_numpy(std::move(r.run_offsets));
+  d["run_states"] = cntkio::to_numpy(std::move(r.run_states));
+  d["run_counts"] = cntkio::to_numpy(std::move(r.run_counts));
+  d["lengths"] = cntkio::to_numpy(std::move(r.lengths));
   nb::list invalid;
   for (auto& e : r.invalid)
     invalid.append(

@@ -18,6 +18,7 @@
 #include "ctf.hpp"
 #include "file_io.hpp"
 #include "keys.hpp"
+#include "numpy_out.hpp"
 #include "randomizer.hpp"
 
 namespace nb = nanobind;
@@ -32,15 +33,6 @@ using OffsetArray = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::de
 using IndexArray = nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using FlagArray = nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using AliasSpec = std::tuple<std::string, bool, uint64_t>;
-
-// Moves a vector into a NumPy array that owns it (no copy).
-template <class T, class A = std::allocator<T>>
-nb::ndarray<nb::numpy, T> to_numpy(std::vector<T, A>&& values, std::vector<size_t> shape = {}) {
-  auto* owned = new std::vector<T, A>(std::move(values));
-  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<T, A>*>(p); });
-  if (shape.empty()) shape = {owned->size()};
-  return nb::ndarray<nb::numpy, T>(owned->data(), shape.size(), shape.data(), owner);
-}
 
 // Moves a byte vector into a NumPy array of the given element type and shape.
 template <class A = std::allocator<char>>

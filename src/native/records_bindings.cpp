@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "numpy_out.hpp"
 #include "records.hpp"
 
 namespace nb = nanobind;
@@ -16,13 +17,6 @@ using namespace cntkio::records;
 namespace {
 
 using OffsetArray = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-
-nb::ndarray<nb::numpy, int64_t> owned_int64(std::vector<int64_t>&& values) {
-  auto* owned = new std::vector<int64_t>(std::move(values));
-  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<int64_t>*>(p); });
-  const size_t shape[1] = {owned->size()};
-  return nb::ndarray<nb::numpy, int64_t>(owned->data(), 1, shape, owner);
-}
 
 Framing to_framing(int framing) {
   if (framing != 0 && framing != 1) throw nb::value_error("framing must be 0 (length-prefixed) or 1 (TFRecord)");
@@ -39,7 +33,7 @@ nb::tuple records_walk(int fd, int64_t begin, int64_t end, int framing, int64_t 
     nb::gil_scoped_release release;
     r = walk_file(fd, begin, end, f, block);
   }
-  return nb::make_tuple(owned_int64(std::move(r.starts)), r.error, r.error_offset);
+  return nb::make_tuple(cntkio::to_numpy(std::move(r.starts)), r.error, r.error_offset);
 }
 
 nb::ndarray<nb::numpy, int64_t> records_bad_crcs(nb::bytes buffer, OffsetArray starts) {
@@ -51,7 +45,7 @@ nb::ndarray<nb::numpy, int64_t> records_bad_crcs(nb::bytes buffer, OffsetArray s
     nb::gil_scoped_release release;
     bad = bad_data_crcs(data, size, starts.data(), n);
   }
-  return owned_int64(std::move(bad));
+  return cntkio::to_numpy(std::move(bad));
 }
 
 uint32_t records_crc32c(nb::bytes data, uint32_t crc, bool portable) {

@@ -12,20 +12,13 @@
 #include <utility>
 #include <vector>
 
+#include "numpy_out.hpp"
 #include "scp.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
 
 namespace {
-
-template <class T>
-nb::ndarray<nb::numpy, T> owned_array(std::vector<T>&& values) {
-  auto* owned = new std::vector<T>(std::move(values));
-  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
-  const size_t shape[1] = {owned->size()};
-  return nb::ndarray<nb::numpy, T>(owned->data(), 1, shape, owner);
-}
 
 // A str from UTF-8 bytes, each byte of an invalid sequence as a lone surrogate (Python's surrogateescape).
 nb::str decode(const char* data, size_t size) {
@@ -72,8 +65,8 @@ class ScpParser {
     }
     parser_.reset();
     nb::dict d;
-    d["key_blob"] = owned_array(std::move(r.key_blob));
-    d["key_offsets"] = owned_array(std::move(r.key_offsets));
+    d["key_blob"] = cntkio::to_numpy(std::move(r.key_blob));
+    d["key_offsets"] = cntkio::to_numpy(std::move(r.key_offsets));
     nb::list paths;
     for (size_t i = 0; i + 1 < r.path_offsets.size(); ++i) {
       const int64_t b = r.path_offsets[i], e = r.path_offsets[i + 1];
@@ -81,11 +74,11 @@ class ScpParser {
     }
     std::vector<uint8_t>().swap(r.path_blob);
     d["paths"] = paths;
-    d["path_ids"] = owned_array(std::move(r.path_ids));
-    d["starts"] = owned_array(std::move(r.starts));
-    d["ends"] = owned_array(std::move(r.ends));
-    d["lines"] = owned_array(std::move(r.lines));
-    d["source_ids"] = owned_array(std::move(r.source_ids));
+    d["path_ids"] = cntkio::to_numpy(std::move(r.path_ids));
+    d["starts"] = cntkio::to_numpy(std::move(r.starts));
+    d["ends"] = cntkio::to_numpy(std::move(r.ends));
+    d["lines"] = cntkio::to_numpy(std::move(r.lines));
+    d["source_ids"] = cntkio::to_numpy(std::move(r.source_ids));
     d["duplicate_entries"] = r.duplicate_entries;
     d["duplicate_keys"] = r.duplicate_keys;
     nb::list first;
