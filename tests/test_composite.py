@@ -25,6 +25,7 @@ from cntkio import (
     Deserializer,
     LengthMismatch,
     MinibatchSource,
+    SparseStream,
     StreamDef,
     StreamDefs,
     StreamInformation,
@@ -500,3 +501,52 @@ def test_length_mismatches_can_drop_the_sequences(tmp_path: Path) -> None:
     assert minibatch["l"].sequence_lengths.tolist() == [4, 4, 4, 4]
     frames = _open_lengths_pair(tmp_path, length_mismatch="drop", frame_mode=True)
     assert sum(m["f"].num_samples for m in read(frames, 5)) == 16
+
+
+class SparseClass(Deserializer):
+    """A plug-in holding one sparse sample per sequence (a class, one-hot) that broadcasts over the primary."""
+
+    broadcast = True
+
+    def __init__(self, keys: list[Any], classes: list[int]):
+        self.keys, self.classes = keys, classes
+        self.info = StreamInformation("cls", 0, "sparse", np.dtype(np.float32), (5,))
+
+    def stream_infos(self) -> list[StreamInformation]:
+        return [self.info]
+
+    def num_chunks(self) -> int:
+        return 2
+
+    def chunk_index(self, chunk_id: int) -> ChunkIndex:
+        keys = self.keys[chunk_id::2]
+        return ChunkIndex(chunk_id, keys, np.ones(len(keys), dtype=np.int64))
+
+    def get_chunk(self, chunk_id: int) -> dict[str, SparseStream]:
+        classes = np.array(self.classes[chunk_id::2], dtype=np.int32)
+        n = len(classes)
+        offsets = np.arange(n + 1, dtype=np.int64)
+        return {"cls": SparseStream(np.full(n, 2.0, np.float32), classes, offsets.copy(), offsets, 5)}
+
+
+@pytest.mark.parametrize("mode", [{}, {"frame_mode": True}, {"truncation_length": 2}])
+def test_a_broadcast_sparse_secondary_repeats_over_every_sample(data: Data, mode: dict[str, Any]) -> None:
+    classes = {key: int(key) % 5 for key in data.keys}
+    source = MinibatchSource(
+        [CTFDeserializer(data.path, X_ONLY), SparseClass(list(data.keys), list(classes.values()))],
+        max_sweeps=1,
+        randomization_window_in_chunks=2,
+        **mode,
+    )
+    samples = 0
+    for minibatch in read(source, 7):
+        x, cls = minibatch["x"], minibatch["cls"]
+        assert cls.sequence_lengths.tolist() == x.sequence_lengths.tolist()
+        valid = x.mask.astype(bool)
+        ids = x.asarray()[..., 0][valid].astype(int)  # column 0 of x is the sequence id
+        dense = cls.asarray()[valid]
+        expected = np.zeros((len(ids), 5), dtype=np.float32)
+        expected[np.arange(len(ids)), [classes[i] for i in ids]] = 2.0
+        np.testing.assert_array_equal(dense, expected)
+        samples += len(ids)
+    assert samples == data.total_samples
