@@ -53,12 +53,16 @@ std::shared_ptr<Chunk> make_chunk(Reader& in, const std::vector<ColumnSpec>& lay
     c.samples = samples;
     if (c.sparse) {
       o.indptr.push_back(0);
-      for (int64_t r = 0; r < samples; ++r) o.indptr.push_back(o.indptr.back() + in.next(4) - (in.next(32) == 0));
+      const int64_t fixed = in.next(3) == 0 ? static_cast<int64_t>(in.next(3)) : -1;  // k values every sample
+      for (int64_t r = 0; r < samples; ++r) {
+        o.indptr.push_back(o.indptr.back() + (fixed >= 0 ? fixed : static_cast<int64_t>(in.next(4)) - (in.next(32) == 0)));
+      }
       c.nnz = std::max<int64_t>(0, o.indptr.back());
       o.values.resize(static_cast<size_t>(c.nnz), 1.0f);
       for (int64_t k = 0; k < c.nnz; ++k) o.indices.push_back(static_cast<int32_t>(in.next(22)) - 1);
       c.indptr = o.indptr.data();
       c.indices = o.indices.data();
+      c.per_sample = uniform_entries(c.indptr, samples);
     } else {
       o.values.resize(static_cast<size_t>(samples * c.width), 2.0f);
     }

@@ -38,7 +38,22 @@ int64_t last_at_most(const int64_t* values, int64_t n, int64_t x) {
   return base - values;
 }
 
+// Where sample `sample`'s values start in a sparse column.
+inline int64_t entry_of(const Column& c, int64_t sample) {
+  return c.per_sample >= 0 ? sample * c.per_sample : c.indptr[sample];
+}
+
 }  // namespace
+
+int64_t uniform_entries(const int64_t* indptr, int64_t samples) {
+  if (samples <= 0 || indptr[0] != 0) return -1;
+  const int64_t k = indptr[1];
+  if (k < 0) return -1;
+  for (int64_t i = 1; i <= samples; ++i) {
+    if (indptr[i] != i * k) return -1;
+  }
+  return k;
+}
 
 void validate(const Chunk& chunk, const std::vector<ColumnSpec>& layout) {
   if (!chunk.bad.empty() && static_cast<int64_t>(chunk.bad.size()) != chunk.sequences)
@@ -244,7 +259,13 @@ GatherResult Store::gather(const Request& request) const {
       const size_t at = static_cast<size_t>(i) * num_streams + s;
       const bool repeated = broadcast[d] != 0;
       samples_at[at] = c.seq_offsets[row] + (repeated ? 0 : firsts[i]);
-      if (c.sparse) __builtin_prefetch(c.indptr + samples_at[at]);
+      if (c.sparse) {
+        if (c.per_sample >= 0) {
+          __builtin_prefetch(c.indices + samples_at[at] * c.per_sample);
+        } else {
+          __builtin_prefetch(c.indptr + samples_at[at]);
+        }
+      }
       if (invalid) {
         counts[at] = 0;
       } else if (repeated) {
@@ -284,12 +305,13 @@ GatherResult Store::gather(const Request& request) const {
       const int64_t count = counts[at], sample = samples_at[at];
       samples += count;
       if (sparse) {
-        const int64_t a = c.indptr[sample];
+        const int64_t a = entry_of(c, sample);
         __builtin_prefetch(c.values + a * itemsize);
         __builtin_prefetch(c.indices + a);
-        entries += repeated ? count * (c.indptr[sample + 1] - a) : c.indptr[sample + count] - a;
-      } else {
-        __builtin_prefetch(c.values + sample * width * itemsize);
+        entries += repeated ? count * (entry_of(c, sample + 1) - a) : entry_of(c, sample + count) - a;
+      } else {  // the row's first cache lines (a frame of 40 floats spans three)
+        const char* row = c.values + sample * width * itemsize;
+        for (int64_t line = 0; line < std::min<int64_t>(width * itemsize, 256); line += 64) __builtin_prefetch(row + line);
       }
     }
     out.lengths.reserve(n);
@@ -309,7 +331,7 @@ GatherResult Store::gather(const Request& request) const {
       const int64_t count = counts[at], sample = samples_at[at];
       out.lengths.push_back(count);
       if (repeated) {  // one sample, `count` times
-        const int64_t a = sparse ? c.indptr[sample] : 0, b = sparse ? c.indptr[sample + 1] : 0;
+        const int64_t a = sparse ? entry_of(c, sample) : 0, b = sparse ? entry_of(c, sample + 1) : 0;
         const int64_t row_bytes = width * itemsize;
         for (int64_t r = 0; r < count; ++r) {
           if (sparse) {
@@ -323,10 +345,10 @@ GatherResult Store::gather(const Request& request) const {
           }
         }
       } else if (sparse) {
-        const int64_t a = c.indptr[sample], b = c.indptr[sample + count];
+        const int64_t a = entry_of(c, sample), b = entry_of(c, sample + count);
         std::memcpy(out.values.data() + entry_at * itemsize, c.values + a * itemsize, static_cast<size_t>((b - a) * itemsize));
         std::memcpy(out.indices.data() + entry_at, c.indices + a, static_cast<size_t>(b - a) * sizeof(int32_t));
-        for (int64_t r = 0; r < count; ++r) out.indptr[sample_at + r + 1] = entry_at + (c.indptr[sample + r + 1] - a);
+        for (int64_t r = 0; r < count; ++r) out.indptr[sample_at + r + 1] = entry_at + (entry_of(c, sample + r + 1) - a);
         entry_at += b - a;
       } else {
         const int64_t row_bytes = width * itemsize;

@@ -27,7 +27,12 @@ struct Column {
   const int64_t* seq_offsets = nullptr;  // sequences + 1 sample offsets
   int64_t samples = 0;
   int64_t nnz = 0;  // sparse: number of values
+  int64_t per_sample = -1;  // sparse: k when every sample has exactly k values (one-hot labels: 1), else -1;
+                            // the gather then finds a sample's values without reading indptr
 };
+
+// k when indptr[i] == i * k for every sample i (see Column::per_sample), else -1.
+int64_t uniform_entries(const int64_t* indptr, int64_t samples);
 
 struct Chunk {
   std::vector<Column> columns;

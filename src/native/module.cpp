@@ -391,6 +391,7 @@ class ChunkStore {
         c.indptr = indptr.data();
         c.samples = static_cast<int64_t>(indptr.shape(0)) - 1;
         c.nnz = static_cast<int64_t>(values.shape(0));
+        c.per_sample = assemble::uniform_entries(c.indptr, c.samples);
       } else {
         if (values.ndim() != 2 || static_cast<int64_t>(values.shape(1)) != c.width)
           throw nb::value_error((name + ": dense values must be (samples, width)").c_str());
