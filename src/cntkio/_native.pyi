@@ -96,6 +96,7 @@ class ScpParser:
     def finish(self) -> dict[str, Any]: ...
 
 # HTK frames (src/native/htk_bindings.cpp)
+def htk_expand(frames: np.ndarray, seq_offsets: np.ndarray, left: int, right: int, as_double: bool) -> np.ndarray: ...
 def htk_read(
     fds: np.ndarray,
     swap: np.ndarray,

@@ -133,6 +133,10 @@ class Deserializer(abc.ABC):
     #: i-vector beside its frames. Only a secondary deserializer may broadcast.
     broadcast: bool = False
 
+    #: ``False``: the data means nothing frame by frame (e.g. MLF labels with phone boundaries, whose 2.0 marks a
+    #: segment start), so ``MinibatchSource(frame_mode=True)`` refuses it, as CNTK did.
+    supports_frame_mode: bool = True
+
     @abc.abstractmethod
     def stream_infos(self) -> list[StreamInformation]:
         """The streams this deserializer produces, in order."""

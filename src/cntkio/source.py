@@ -113,6 +113,12 @@ class MinibatchSource:
                         deserializer.errors.trace_level = int(trace_level)
         self._deserializer = deserializers[0]
         self.frame_mode = bool(frame_mode)
+        for deserializer in deserializers if self.frame_mode else []:
+            if not deserializer.supports_frame_mode:
+                raise ConfigError(
+                    f"{deserializer.source_name}: this deserializer's data cannot be read in frame mode "
+                    "(e.g. phone boundaries mark segment starts); use sequence mode or truncated BPTT"
+                )
         self.truncation_length = int(truncation_length)
         sample_window = bool(randomization_window_in_samples)
         window = int(randomization_window_in_samples or randomization_window_in_chunks)

@@ -96,9 +96,36 @@ nb::tuple htk_read(const Column<int32_t>& fds, const Column<uint8_t>& swap, cons
   }
 }
 
+// Frames (total x dim float32) expanded by a context window within each sequence, as float32 or float64.
+nb::object htk_expand(const nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu>& frames,
+                      const Column<int64_t>& seq_offsets, int left, int right, bool as_double) {
+  const int64_t total = static_cast<int64_t>(frames.shape(0));
+  const int dim = static_cast<int>(frames.shape(1));
+  if (dim < 1 || left < 0 || right < 0 || left > (1 << 20) || right > (1 << 20))
+    throw nb::value_error("frames must have >= 1 column and the context sides be in [0, 2**20]");
+  if (seq_offsets.shape(0) < 1 || seq_offsets(0) != 0) throw nb::value_error("seq_offsets must start with 0");
+  const int64_t sequences = static_cast<int64_t>(seq_offsets.shape(0)) - 1;
+  for (int64_t s = 0; s < sequences; ++s)
+    if (seq_offsets(s + 1) < seq_offsets(s)) throw nb::value_error("seq_offsets must not decrease");
+  if (seq_offsets(static_cast<size_t>(sequences)) != total) throw nb::value_error("seq_offsets must end at the frames");
+  const int64_t width = int64_t{dim} * (1 + left + right);
+  auto expand = [&](auto* tag) -> nb::object {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    cntkio::Buffer<T> out(static_cast<size_t>(total * width));
+    {
+      nb::gil_scoped_release release;
+      cntkio::htk::expand_context<T>(frames.data(), dim, seq_offsets.data(), sequences, left, right, out.data());
+    }
+    return nb::cast(cntkio::to_numpy(std::move(out), {static_cast<size_t>(total), static_cast<size_t>(width)}));
+  };
+  return as_double ? expand(static_cast<double*>(nullptr)) : expand(static_cast<float*>(nullptr));
+}
+
 }  // namespace
 
 void bind_htk(nb::module_& m) {
+  m.def("htk_expand", &htk_expand, "frames"_a, "seq_offsets"_a, "left"_a, "right"_a, "as_double"_a,
+        "Frames expanded by a context window within each sequence (edge frames repeated).");
   m.def("htk_read", &htk_read, "fds"_a, "swap"_a, "data_offsets"_a, "scale"_a, "bias"_a, "compressed"_a, "dim"_a,
         "run_files"_a, "run_first"_a, "run_frames"_a, "seq_offsets"_a, "left"_a, "right"_a, "as_double"_a,
         "Frames of HTK files (runs of frames, in order) decoded and expanded by a context window: "

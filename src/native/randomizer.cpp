@@ -119,6 +119,10 @@ std::vector<int64_t> stable_argsort(const double* keys, int64_t n) {
     bits[i] = (b >> 63) ? ~b : (b | (uint64_t{1} << 63));  // increasing as the numbers increase
     order[i] = i;
   }
+  if (n < 4096) {  // small: a comparison sort beats clearing 65536 counters per pass
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return bits[a] < bits[b]; });
+    return order;
+  }
   constexpr int kDigitBits = 16;
   std::vector<int64_t> counts(size_t{1} << kDigitBits);
   for (int shift = 0; shift < 64; shift += kDigitBits) {

@@ -300,11 +300,12 @@ struct Parser::State {
     }
     const size_t dot = logical.rfind('.');
     const std::string_view key = dot == npos ? logical : logical.substr(0, dot);
-    add_entry(key, physical, start, end, line);
+    add_entry(key, physical, start, end, line, offset);
     return true;
   }
 
-  void add_entry(std::string_view key, std::string_view physical, int64_t start, int64_t end, int64_t line) {
+  void add_entry(std::string_view key, std::string_view physical, int64_t start, int64_t end, int64_t line,
+                 int64_t offset) {
     if (last_path == UINT32_MAX || path_text(last_path) != physical) {
       bool inserted = false;
       const auto next = static_cast<uint32_t>(r.path_offsets.size() - 1);
@@ -321,6 +322,7 @@ struct Parser::State {
     r.starts.push_back(start);
     r.ends.push_back(end);
     r.lines.push_back(static_cast<int32_t>(line));
+    r.offsets.push_back(offset);
     r.source_ids.push_back(source);
   }
 
@@ -454,6 +456,7 @@ struct Parser::State {
         r.starts[kept] = r.starts[i];
         r.ends[kept] = r.ends[i];
         r.lines[kept] = r.lines[i];
+        r.offsets[kept] = r.offsets[i];
         r.source_ids[kept] = r.source_ids[i];
         ++kept;
       }
@@ -465,6 +468,7 @@ struct Parser::State {
     r.starts.resize(kept);
     r.ends.resize(kept);
     r.lines.resize(kept);
+    r.offsets.resize(kept);
     r.source_ids.resize(kept);
   }
 
@@ -478,6 +482,7 @@ struct Parser::State {
     trim(r.starts);
     trim(r.ends);
     trim(r.lines);
+    trim(r.offsets);
     trim(r.source_ids);
     Result out = std::move(r);
     r = Result();

@@ -19,6 +19,7 @@
 //   path_ids                   int32 path of every entry
 //   starts / ends              int64 inclusive frame range as written (-1/-1 when unranged; start > end is kept)
 //   lines                      int32 1-based line of every entry in its file
+//   offsets                    int64 byte offset of every entry's line in its file
 //   source_ids                 int32 file of every entry (the order of add_file calls)
 // Every entry of a key that occurs more than once is dropped at finish() (the first copy too); the paths keep
 // every distinct path seen, also those of dropped entries.
@@ -53,6 +54,7 @@ struct Result {
   std::vector<int32_t> path_ids;
   std::vector<int64_t> starts, ends;
   std::vector<int32_t> lines;
+  std::vector<int64_t> offsets;
   std::vector<int32_t> source_ids;
   int64_t duplicate_entries = 0;          // entries dropped for a duplicated key
   int64_t duplicate_keys = 0;             // distinct keys that were duplicated

@@ -78,6 +78,7 @@ class ScpParser {
     d["starts"] = cntkio::to_numpy(std::move(r.starts));
     d["ends"] = cntkio::to_numpy(std::move(r.ends));
     d["lines"] = cntkio::to_numpy(std::move(r.lines));
+    d["offsets"] = cntkio::to_numpy(std::move(r.offsets));
     d["source_ids"] = cntkio::to_numpy(std::move(r.source_ids));
     d["duplicate_entries"] = r.duplicate_entries;
     d["duplicate_keys"] = r.duplicate_keys;
@@ -107,6 +108,6 @@ void bind_scp(nb::module_& m) {
       .def("finish", &ScpParser::finish,
            "The columns of the files added, every entry of a duplicated key dropped (GIL released): a dict of "
            "key_blob uint8 + key_offsets int64 (entries + 1), paths (distinct physical paths, first-seen order, "
-           "str), path_ids int32, starts and ends int64 (-1/-1 unranged), lines int32, source_ids int32, "
+           "str), path_ids int32, starts and ends int64 (-1/-1 unranged), lines int32, offsets int64, source_ids int32, "
            "duplicate_entries, duplicate_keys, first_duplicates (the first few duplicated keys, str).");
 }

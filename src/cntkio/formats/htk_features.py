@@ -9,6 +9,7 @@ needs them, and a bounded number stays open.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import logging
 import os
@@ -17,6 +18,7 @@ import threading
 from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,6 +38,7 @@ logger = logging.getLogger("cntkio")
 DEFAULT_CHUNK_FRAMES = 90000
 SHOWN_KEYS = 5
 MAX_OPEN_FILES = 256
+FILES_PER_READ = 32  # files one native read holds open (a chunk of one file per utterance reads in groups)
 
 
 def _context(value: Any, name: str) -> tuple[int, int] | None:
@@ -160,16 +163,47 @@ class _OpenFiles:
             self._open.clear()
 
 
+@dataclass(frozen=True)
+class _Runs:
+    """Runs of frames a chunk reads: ``frames[r]`` frames from ``first_frames[r]`` of file ``files[r]``, the
+    first holding sequence ``sequences[r]`` (for error messages)."""
+
+    files: np.ndarray
+    first_frames: np.ndarray
+    frames: np.ndarray
+    sequences: np.ndarray
+
+    def part(self, start: int, stop: int) -> _Runs:
+        return _Runs(*(column[start:stop] for column in dataclasses.astuple(self)))
+
+    def groups(self, max_files: int) -> list[tuple[int, int]]:
+        """Consecutive runs grouped so that each group reads at most ``max_files`` distinct files."""
+        if len(np.unique(self.files)) <= max_files:
+            return [(0, len(self.files))]
+        groups: list[tuple[int, int]] = []
+        start, seen = 0, set[int]()
+        for r, file_id in enumerate(self.files.tolist()):
+            if file_id not in seen and len(seen) == max_files:
+                groups.append((start, r))
+                start, seen = r, set()
+            seen.add(file_id)
+        groups.append((start, len(self.files)))
+        return groups
+
+
 def _open_file_limit() -> int:
     """How many HTK files a deserializer keeps open: a quarter of the process's file limit, at most 256."""
+    soft = 1024
     try:
         import resource
-
-        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    except (ImportError, OSError, ValueError):
-        soft = 1024
-    if soft == getattr(resource, "RLIM_INFINITY", -1) or soft <= 0:
-        soft = 1024
+    except ImportError:  # not a POSIX system
+        return MAX_OPEN_FILES
+    try:
+        limit, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (OSError, ValueError):
+        return MAX_OPEN_FILES
+    if limit != resource.RLIM_INFINITY and limit > 0:
+        soft = limit
     return max(4, min(MAX_OPEN_FILES, soft // 4))
 
 
@@ -450,13 +484,31 @@ class HTKFeatureDeserializer(IndexedDeserializer):
         first = np.flatnonzero(
             np.concatenate(([True], (file_ids[1:] != file_ids[:-1]) | (starts[1:] != starts[:-1] + lengths[:-1])))
         )
-        run_frames = np.add.reduceat(lengths, first) if len(first) else lengths[:0]
-        used, run_files = np.unique(file_ids[first], return_inverse=True)
+        runs = _Runs(file_ids[first], starts[first], np.add.reduceat(lengths, first), a + first)
+        left, right = self.context
+        as_double = self.dtype == np.float64
+        groups = runs.groups(FILES_PER_READ)
+        if len(groups) == 1:
+            values = self._read(runs, offsets, left, right, as_double)
+        else:  # many files (one per utterance): read a few at a time, then apply the context window
+            frames = np.concatenate([self._read(runs.part(r0, r1), None, 0, 0, False) for r0, r1 in groups])
+            expand = left or right or as_double
+            values = _native.htk_expand(frames, offsets, left, right, as_double) if expand else frames
+        values.flags.writeable = False
+        offsets.flags.writeable = False
+        return ParsedChunk({self.stream_name: DenseStream(values, offsets)})
+
+    def _read(self, runs: _Runs, offsets: np.ndarray | None, left: int, right: int, as_double: bool) -> np.ndarray:
+        """The frames of ``runs`` (each run one sequence when ``offsets`` is None), expanded by the window; the
+        files are open (pinned) only meanwhile."""
+        used, local = np.unique(runs.files, return_inverse=True)
         ids = used.tolist()
+        if offsets is None:
+            offsets = np.concatenate(([0], np.cumsum(runs.frames)))
         files: list[DataFile] = []
         try:
-            for file_id, run in zip(ids, np.unique(run_files, return_index=True)[1].tolist()):
-                files.append(self._acquire(file_id, a + int(first[run])))
+            for file_id, run in zip(ids, np.unique(local, return_index=True)[1].tolist()):
+                files.append(self._acquire(file_id, int(runs.sequences[run])))
             scale = bias = _NO_VECTORS
             if self.header.compressed:  # each file's A/B vectors, read again with its header
                 headers = [read_header_at(f.fd, f.path) for f in files]
@@ -470,13 +522,13 @@ class HTKFeatureDeserializer(IndexedDeserializer):
                 bias,
                 self.header.compressed,
                 self.frame_dim,
-                run_files.astype(np.int32),
-                starts[first],
-                run_frames.astype(np.int64),
+                local.astype(np.int32),
+                runs.first_frames,
+                runs.frames,
                 offsets,
-                self.context[0],
-                self.context[1],
-                self.dtype == np.float64,
+                left,
+                right,
+                as_double,
             )
         finally:
             self._files.release(ids[: len(files)])
@@ -485,15 +537,13 @@ class HTKFeatureDeserializer(IndexedDeserializer):
             raise FormatError(
                 "truncated HTK file: it ended before the frames of this utterance",
                 Location(
-                    files[int(run_files[run])].path,
+                    files[int(local[run])].path,
                     int(offset),
-                    sequence_key=self._index.keys.take(np.array([a + int(first[run])]))[0],
+                    sequence_key=self._index.keys.take(np.array([runs.sequences[run]]))[0],
                 ),
             )
         assert values is not None
-        values.flags.writeable = False
-        offsets.flags.writeable = False
-        return ParsedChunk({self.stream_name: DenseStream(values, offsets)})
+        return values
 
     def _acquire(self, file_id: int, sequence: int) -> DataFile:
         """An HTK file a chunk reads; errors name the first utterance read from it."""
@@ -503,9 +553,10 @@ class HTKFeatureDeserializer(IndexedDeserializer):
             key = self._index.keys.take(np.array([sequence]))[0]
             path = self._files.paths[file_id]
             if isinstance(error, OSError):
-                raise FormatError(
-                    f"{error} (it could be read when it was indexed)", Location(path, 0, sequence_key=key)
-                ) from None
+                cause = getattr(error.__cause__, "errno", getattr(error, "errno", None))
+                gone = cause in (errno.ENOENT, errno.EACCES, errno.ENOTDIR)
+                reason = f"{error} (it could be read when it was indexed)" if gone else str(error)
+                raise FormatError(reason, Location(path, 0, sequence_key=key)) from None
             raise FormatError(error.reason, dataclasses.replace(error.location, sequence_key=key)) from None
 
     def describe(self) -> dict[str, Any]:

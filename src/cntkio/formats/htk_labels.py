@@ -59,9 +59,8 @@ class HTKMLFDeserializer(IndexedDeserializer):
             the number of states of the state list; without one, class ids must be below it. At most 65535.
             ``defines_mb_size`` is honoured.
         phone_boundaries: the first frame of every label segment (every label line) gets the value 2.0 instead
-            of 1.0 (CTC training). CNTK refused it together with frame mode; a deserializer cannot see the
-            packing, so do not combine it with ``MinibatchSource(frame_mode=True)`` (the 2.0 values would come
-            through on isolated frames, where they mean nothing).
+            of 1.0 (CTC training). As in CNTK, ``MinibatchSource(frame_mode=True)`` refuses such labels (the 2.0
+            values would come through on isolated frames, where they mean nothing).
         chunk_size_in_bytes: utterances are grouped, in MLF order, into chunks of about this many bytes of
             *parsed* labels (per frame: the value, a 4-byte column index and an 8-byte row pointer, so 16
             bytes in float32); an utterance is never split, so a longer one is a chunk of its own. This is what
@@ -138,6 +137,7 @@ class HTKMLFDeserializer(IndexedDeserializer):
         self.max_errors = check_max_errors(max_errors)
         self.files = _paths(definition.mlf, f"stream '{name}': mlf")
         self.phone_boundaries = bool(phone_boundaries)
+        self.supports_frame_mode = not self.phone_boundaries
         self.trace_level = int(trace_level)
         self.label_mapping_file = None if label_mapping_file is None else os.fspath(label_mapping_file)
         self._identities = [_stat(path) for path in self.files]

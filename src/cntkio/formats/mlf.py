@@ -119,10 +119,14 @@ class MlfIndex:
 def read_state_list(path: str | os.PathLike[str]) -> list[str]:
     """The state names of a state list (``labelMappingFile``, spec §2.2): one name per line, blank lines
     ignored, ``\\r`` and ``\\n`` both line breaks; a name's id is its position among the non-blank lines.
-    A duplicate name or an empty list raises `FormatError` naming the file and line."""
+    A leading UTF-8 byte order mark is skipped. A duplicate name or an empty list raises `FormatError` naming the
+    file and line."""
     name = os.fspath(path)
     with open(name, "rb") as f:
         data = f.read()
+    bom = b"\xef\xbb\xbf"
+    if data.startswith(bom):  # a UTF-8 byte order mark (Windows editors) is not part of the first name
+        data = b"   " + data[3:]  # (spaces keep the byte offsets of errors)
     states: list[str] = []
     seen: dict[str, int] = {}
     # \r, \n and \r\n each end a line (\r\n counts as one line for the line numbers).

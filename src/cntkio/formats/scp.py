@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import stat
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -54,6 +57,7 @@ class ScpIndex:
     sources: list[str]
     source_ids: np.ndarray  # int32
     lines: np.ndarray  # int32
+    offsets: np.ndarray  # int64, byte offset of each entry's line
     duplicates: ScpDuplicates | None
 
     def __len__(self) -> int:
@@ -61,7 +65,8 @@ class ScpIndex:
 
     def location(self, i: int) -> Location:
         """Where entry ``i`` was written (for error messages)."""
-        return Location(self.sources[int(self.source_ids[i])], 0, int(self.lines[i]), 1, sequence_key=self.keys[i])
+        source = self.sources[int(self.source_ids[i])]
+        return Location(source, int(self.offsets[i]), int(self.lines[i]), 1, sequence_key=self.keys[i])
 
 
 def _normalize_prefix(prefix: str | None) -> str | None:
@@ -80,13 +85,13 @@ def parse_scp(
     """Parses one SCP file or several (concatenated in order) with the native parser (``_native.ScpParser``:
     each file read with pread, the GIL released; nothing per entry is done in Python).
 
-    Blank lines (and lines of whitespace only) are skipped; a trailing ``\\r`` is dropped; a UTF-8 byte order
-    mark is skipped. Without ``prefix_path`` the first ``...`` of an entry becomes the SCP file's directory; with
-    it (backslashes made ``/``, trailing slashes dropped, one ``/`` added) the prefix goes right after ``=`` (in
-    front of a bare path). A malformed range is a :class:`FormatError` naming the SCP file, byte offset, line and
-    column. A range whose start is after its end is kept as written (``starts[i] > ends[i]``): the reader of the
-    features reports it as a bad utterance. Every entry of a key seen more than once is dropped, and a warning
-    gives the count (also in ``duplicates``).
+    An SCP may also be a pipe (read once). Blank lines (and lines of whitespace only) are skipped; a trailing
+    ``\\r`` is dropped; a UTF-8 byte order mark is skipped. Without ``prefix_path`` the first ``...`` of an entry
+    becomes the SCP file's directory; with it (backslashes made ``/``, trailing slashes dropped, one ``/`` added)
+    the prefix goes right after ``=`` (in front of a bare path). A malformed range is a :class:`FormatError` naming
+    the SCP file, byte offset, line and column. A range whose start is after its end is kept as written (``starts[i]
+    > ends[i]``): the reader of the features reports it as a bad utterance. Every entry of a key seen more than once
+    is dropped, and a warning gives the count (also in ``duplicates``).
 
     Example::
 
@@ -98,8 +103,14 @@ def parse_scp(
     parser = _native.ScpParser(None if prefix is None else _encode(prefix))
     for name in files:
         with open(name, "rb") as file:
-            fd = file.fileno()
-            fatal = parser.add(fd, os.fstat(fd).st_size, _encode(_scp_directory(name)))
+            info = os.fstat(file.fileno())
+            if stat.S_ISREG(info.st_mode):
+                fatal = parser.add(file.fileno(), info.st_size, _encode(_scp_directory(name)))
+            else:  # a pipe or FIFO (say `<(grep ... train.scp)`): read once, into an anonymous file
+                with tempfile.TemporaryFile() as copy:
+                    shutil.copyfileobj(file, copy)
+                    copy.flush()
+                    fatal = parser.add(copy.fileno(), copy.tell(), _encode(_scp_directory(name)))
         if fatal is not None:
             message, offset, line, column, detail = fatal
             if detail is not None:
@@ -120,6 +131,7 @@ def parse_scp(
         sources=files,
         source_ids=columns["source_ids"],
         lines=columns["lines"],
+        offsets=columns["offsets"],
         duplicates=duplicates,
     )
 
