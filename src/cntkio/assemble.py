@@ -9,7 +9,7 @@ import logging
 import numpy as np
 
 from .chunk_cache import ChunkCache
-from .corpus import Corpus
+from .corpus import SWEEP_VERSIONS, Corpus, LoadKey
 from .errors import CNTKIOError
 from .keys import shorten
 from .minibatch import Minibatch, MinibatchData, Provenance
@@ -38,15 +38,20 @@ class Assembler:
         end_of_sweep: bool,
         pieces: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
         num_rows: int = 0,
+        sweeps: np.ndarray | None = None,
     ) -> Minibatch:
         """Gathers ``units`` (global ids, with their table chunks). ``pieces`` = (offsets, counts, row of
-        each piece) for truncated BPTT: then every row of the result holds the pieces of one slot."""
+        each piece) for truncated BPTT: then every row of the result holds the pieces of one slot. ``sweeps``
+        (each unit's sweep, spanning at most two consecutive sweeps) picks the copies of chunks that vary by
+        sweep."""
         offsets, counts, kind = (None, None, self.kind) if pieces is None else (pieces[0], pieces[1], PIECES)
+        slots = self.corpus.slots(chunks, sweeps)
+        versions = None if sweeps is None else (sweeps % SWEEP_VERSIONS).astype(np.uint8)
         for _ in range(MAX_LOAD_ROUNDS):
-            streams, keep, short, missing = self.store.gather(chunks, units, offsets, counts, kind)
+            streams, keep, short, missing = self.store.gather(slots, units, offsets, counts, kind, versions)
             if missing is None:
                 break
-            self.cache.ensure(missing)  # the first read of a chunk in this block: load it, then gather
+            self.cache.ensure(self._loads(missing, sweeps))  # a chunk first read in this block: load, gather again
         else:
             raise CNTKIOError("chunks needed by a minibatch were dropped while it was read")
         if short is not None:
@@ -73,6 +78,17 @@ class Assembler:
             data.origin = self.corpus.routing[info.name]
             result[info] = data
         return result
+
+    def _loads(self, missing: list[tuple[int, int]], sweeps: np.ndarray | None) -> list[LoadKey]:
+        """The loads of the missing (deserializer, slot) pairs: with the sweep of the units that need them."""
+        if sweeps is None:
+            return [(number, slot, 0) for number, slot in missing]
+        by_parity = {int(sweep) % SWEEP_VERSIONS: int(sweep) for sweep in np.unique(sweeps).tolist()}
+        loads = []
+        for number, slot in missing:
+            versions = self.corpus.versions[number]
+            loads.append((number, slot, by_parity[slot % versions] if versions > 1 else 0))
+        return loads
 
     def _raise_short(self, units: np.ndarray, unit: int, stream: int, row: int) -> None:
         info = self.infos[stream]

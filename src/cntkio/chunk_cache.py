@@ -16,17 +16,17 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 
 from . import _native
-from .corpus import ChunkKey, Corpus
+from .corpus import ChunkKey, Corpus, LoadKey
 from .deserializer import SparseStream, StreamData
 from .errors import CNTKIOError, ConfigError
 from .streams import StreamInformation
 
-Key = ChunkKey
-
 
 class ChunkCache:
     """The loaded chunks of a corpus, keyed by (deserializer, slot), in the native store the gather reads
-    (one slot table per deserializer); the reader says which to keep (:meth:`retain`).
+    (one slot table per deserializer); the reader says which to keep (:meth:`retain`). Loads are asked for
+    as (deserializer, slot, sweep): a chunk that varies by sweep is read for that sweep, and a slot holding
+    another sweep's copy is loaded again.
 
     ``threads`` background parsers prefetch chunks; 0 parses on demand in the calling thread.
     """
@@ -41,20 +41,23 @@ class ChunkCache:
             ],
             corpus.slot_counts(),
         )
+        for number, versions in enumerate(corpus.versions):
+            if versions > 1:
+                self.store.set_versions(number, versions)
         for number, match in enumerate(corpus.matches, start=1):
             self.store.set_lookup(number, match, corpus.deserializers[number].sequence_index().chunk_starts)
             if corpus.deserializers[number].broadcast:
                 self.store.set_broadcast(number)
         if corpus.caps is not None:
             self.store.set_caps(corpus.caps)
-        self._futures: dict[Key, Future[None]] = {}
+        self._futures: dict[ChunkKey, tuple[int, Future[None]]] = {}  # slot -> (sweep it was read for, load)
         self._lock = threading.Lock()
         self._closed = False
         self._executor = (
             ThreadPoolExecutor(max_workers=threads, thread_name_prefix="cntkio-parse") if threads > 0 else None
         )
 
-    def ensure(self, keys: Iterable[Key]) -> None:
+    def ensure(self, keys: Iterable[LoadKey]) -> None:
         """Loads the chunks unless they are loaded or being loaded, and waits for them. With a thread pool
         the pool parses them (in the order given) while this thread waits, so no core runs two parsers."""
         waiting = []
@@ -69,7 +72,7 @@ class ChunkCache:
         for future in waiting:
             future.result()
 
-    def prefetch(self, keys: Iterable[Key]) -> None:
+    def prefetch(self, keys: Iterable[LoadKey]) -> None:
         """Starts loading chunks in the background if they are not cached yet."""
         if self._executor is None:
             return
@@ -78,45 +81,58 @@ class ChunkCache:
             if owner:
                 self._executor.submit(self._load_into, key, future)
 
-    def _claim(self, key: Key) -> tuple[Future[None], bool]:
-        with self._lock:
-            if self._closed:
-                raise ValueError("the source is closed")
-            future = self._futures.get(key)
-            if future is not None:
-                return future, False
-            future = Future()
-            future.set_running_or_notify_cancel()
-            self._futures[key] = future
-            return future, True
+    def _claim(self, key: LoadKey) -> tuple[Future[None], bool]:
+        """The load of ``key``: (its future, whether the caller must run it). A slot holding another sweep's
+        copy is cleared at once (no gather reads it meanwhile) and loaded again; if that copy is still loading,
+        it finishes first."""
+        number, slot, sweep = key
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise ValueError("the source is closed")
+                held = self._futures.get((number, slot))
+                if held is not None and held[0] == sweep:
+                    return held[1], False
+                if held is None or held[1].done():
+                    if held is not None:
+                        self.store.clear(number, slot)
+                    future: Future[None] = Future()
+                    future.set_running_or_notify_cancel()
+                    self._futures[(number, slot)] = (sweep, future)
+                    return future, True
+                pending = held[1]
+            pending.exception()  # waits for the other sweep's copy (a failed load is replaced just the same)
 
-    def retain(self, keep: set[Key]) -> None:
+    def retain(self, keep: set[LoadKey]) -> None:
         """Drops every loaded chunk not in ``keep``."""
+        kept = {(number, slot): sweep for number, slot, sweep in keep}
         with self._lock:
-            for key in [k for k, future in self._futures.items() if k not in keep and future.done()]:
-                del self._futures[key]
-                self.store.clear(*key)
+            for slot_key, (sweep, future) in list(self._futures.items()):
+                if kept.get(slot_key) != sweep and future.done():
+                    del self._futures[slot_key]
+                    self.store.clear(*slot_key)
 
     def __len__(self) -> int:
         return len(self._futures)
 
-    def _load_into(self, key: Key, future: Future[None]) -> None:
+    def _load_into(self, key: LoadKey, future: Future[None]) -> None:
         try:
             self._load(key)
             future.set_result(None)
         except BaseException as error:  # re-raised in the thread that asks for the chunk
             with self._lock:
-                if self._futures.get(key) is future:
-                    del self._futures[key]
+                held = self._futures.get(key[:2])
+                if held is not None and held[1] is future:
+                    del self._futures[key[:2]]
             future.set_exception(error)
 
-    def _load(self, key: Key) -> None:
-        number, slot = key
+    def _load(self, key: LoadKey) -> None:
+        number, slot, sweep = key
         deserializer, chunk_id, row0, rows, first_unit, first_sequence, frame_starts = self.corpus.slot_source(
             number, slot
         )
         source = deserializer.source_name
-        data = deserializer.get_chunk(chunk_id)
+        data = deserializer.get_chunk_of_sweep(chunk_id, sweep)  # sweep 0 unless the chunks vary by sweep
         starts = deserializer.sequence_index().chunk_starts
         sequences = int(starts[chunk_id + 1] - starts[chunk_id])
         columns = []
@@ -136,7 +152,7 @@ class ChunkCache:
         """Stops background parsing; later requests raise ``ValueError``."""
         with self._lock:
             self._closed = True
-            pending = [f for f in self._futures.values() if not f.done()]
+            pending = [f for _, f in self._futures.values() if not f.done()]
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)
         for future in pending:

@@ -23,6 +23,8 @@ from .join import JoinReport, LengthMismatch, join
 from .streams import StreamInformation
 
 ChunkKey = tuple[int, int]  # (deserializer, slot): a table chunk of the primary, a chunk of a secondary
+LoadKey = tuple[int, int, int]  # (deserializer, slot, the sweep it is read for: 0 unless the chunks vary by sweep)
+SWEEP_VERSIONS = 2  # copies of a sweep-dependent chunk: sweeps s and s + 1 may be read at once, never s + 2
 REFERENCED_CACHE_ENTRIES = 1 << 14  # table chunks whose secondary chunks are remembered
 
 
@@ -64,6 +66,9 @@ class Corpus:
                     info = dataclasses.replace(info, stream_id=len(self.streams))
                 self.streams.append(info)
         _check_broadcast(deserializers)
+        # copies of each chunk: chunks that vary by sweep keep one per sweep parity (a window may span a boundary)
+        self.versions = [SWEEP_VERSIONS if d.sweep_dependent else 1 for d in deserializers]
+        self.sweep_dependent = any(v > 1 for v in self.versions)
         index = self.primary.sequence_index()
         first, stop = data_slice if data_slice is not None else (0, index.num_sequences)
         self.first_sequence = first
@@ -128,8 +133,23 @@ class Corpus:
         return [info for info in self.streams if self.routing[info.name] == deserializer]
 
     def slot_counts(self) -> list[int]:
-        """Slots of each deserializer: the table chunks for the primary, its chunks for a secondary."""
-        return [self.num_chunks] + [d.num_chunks() for d in self.deserializers[1:]]
+        """Slots of each deserializer: the table chunks for the primary, its chunks for a secondary (times the
+        copies kept of chunks that vary by sweep)."""
+        counts = [self.num_chunks] + [d.num_chunks() for d in self.deserializers[1:]]
+        return [count * versions for count, versions in zip(counts, self.versions)]
+
+    def slots(self, table_chunks: np.ndarray, sweeps: np.ndarray | None) -> np.ndarray:
+        """The primary's slots holding the table chunks as read in the given sweeps (int32)."""
+        versions = self.versions[0]
+        if versions == 1 or sweeps is None:
+            return np.asarray(table_chunks, dtype=np.int32)
+        return (np.asarray(table_chunks, dtype=np.int32) * versions + (sweeps % versions)).astype(np.int32)
+
+    def _load_key(self, deserializer: int, chunk: int, sweep: int) -> LoadKey:
+        versions = self.versions[deserializer]
+        if versions == 1:
+            return deserializer, chunk, 0
+        return deserializer, chunk * versions + sweep % versions, sweep
 
     def _chunks_referenced(self, deserializer: int, table_chunk: int) -> np.ndarray:
         """The chunks of a secondary that hold the keys of a table chunk's sequences (computed when first
@@ -145,23 +165,25 @@ class Corpus:
             found = self._referenced[key] = np.unique(homes).astype(np.int32)
         return found
 
-    def chunk_keys(self, table_chunks: Iterable[int]) -> list[ChunkKey]:
-        """The chunks reading the given table chunks needs: each table chunk, then the secondaries' chunks
-        holding the keys of its sequences."""
-        chunks = list(table_chunks)
-        keys: list[ChunkKey] = [(0, c) for c in chunks]
+    def chunk_keys(self, table_chunks: Iterable[tuple[int, int]]) -> list[LoadKey]:
+        """The chunks reading the given (table chunk, sweep) pairs needs: each table chunk, then the
+        secondaries' chunks holding the keys of its sequences (once each; the sweep matters only to chunks
+        that vary by sweep)."""
+        pairs = list(table_chunks)
+        keys = dict.fromkeys(self._load_key(0, c, sweep) for c, sweep in pairs)
         for number in range(1, len(self.deserializers)):
-            needed = [self._chunks_referenced(number, c) for c in chunks]
-            if needed:
-                keys.extend((number, s) for s in np.unique(np.concatenate(needed)).tolist())
-        return keys
+            for c, sweep in pairs:
+                for chunk in self._chunks_referenced(number, c).tolist():
+                    keys.setdefault(self._load_key(number, chunk, sweep))
+        return list(keys)
 
     def slot_source(
         self, deserializer: int, slot: int
     ) -> tuple[Deserializer, int, int, np.ndarray | None, int, int, np.ndarray | None]:
-        """Where a slot's chunk comes from: (deserializer, its chunk id, first row used, rows used (None:
-        from the first row on), reader-wide number of the first unit, corpus number of the first sequence,
+        """Where a slot's chunk comes from (any copy of it): (deserializer, its chunk id, first row used, rows used
+        (None: from the first row on), reader-wide number of the first unit, corpus number of the first sequence,
         frame starts in frame mode). A secondary's slot is its chunk, whole."""
+        slot //= self.versions[deserializer]
         if deserializer:
             return self.deserializers[deserializer], slot, 0, None, 0, 0, None
         chunk_id = int(self.chunk_ids[slot])

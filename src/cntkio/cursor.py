@@ -24,12 +24,19 @@ ALL_CONSUMED = 2**62  # a layer cursor past every position: that partition read 
 
 class Selection(NamedTuple):
     """The units one read takes, in order, with their table chunks and lengths. ``sweep_ends`` lists, for
-    each sweep that ended during the read, how many of the units came before its end."""
+    each sweep that ended during the read, how many of the units came before its end; the first unit is of
+    sweep ``first_sweep``."""
 
     units: np.ndarray
     chunks: np.ndarray
     lengths: np.ndarray
     sweep_ends: list[int]
+    first_sweep: int = 0
+
+    def sweeps(self) -> np.ndarray:
+        """The sweep of every unit (int64)."""
+        positions = np.arange(len(self.units), dtype=np.int64)
+        return self.first_sweep + np.searchsorted(np.asarray(self.sweep_ends, dtype=np.int64), positions, side="right")
 
 
 @dataclass(frozen=True)
@@ -149,15 +156,21 @@ class Cursor:
         return own
 
     # --- reading -----------------------------------------------------------------------------------
-    def select(self, budget: int, partitions: int, index: int, epoch_end: float) -> Selection:
+    def select(
+        self, budget: int, partitions: int, index: int, epoch_end: float, max_sweeps: int | None = None
+    ) -> Selection:
         """Takes the next units of this partition: whole units while their samples fit the budget (at
-        least one), none at or past ``epoch_end`` (a global sample position)."""
+        least one), none at or past ``epoch_end`` (a global sample position), and (``max_sweeps``) from at
+        most that many consecutive sweeps."""
         self.set_partitioning(partitions, index)
+        first_sweep = first_taken = self.sweep
         pieces: list[tuple[Block, slice | np.ndarray]] = []
         total = taken = 0
         sweep_ends: list[int] = []
         idle_sweeps = 0
         while total < budget:
+            if max_sweeps is not None and taken and self.sweep - first_taken >= max_sweeps:
+                break
             block = self.current_block
             sweep_base = self.sweep * self.sweep_size + self.sample_base
             if sweep_base + int(block.starts[self.offset]) >= epoch_end:
@@ -178,6 +191,8 @@ class Cursor:
                     starts = sweep_base + block.starts[own.take(first, count)]
                     count, epoch_ends = int(starts.searchsorted(epoch_end, side="left")), True
                 if count:
+                    if not taken:
+                        first_taken = self.sweep
                     pieces.append((block, own.take(first, count)))
                     total += int(cumulative[first + count]) - base
                     taken += count
@@ -195,27 +210,31 @@ class Cursor:
                 idle_sweeps = 0 if taken or layered else idle_sweeps + 1
                 if idle_sweeps > 1:
                     break  # this partition owns no unit at all
-        return self._selection(pieces, sweep_ends)
+        return self._selection(pieces, sweep_ends, first_sweep)
 
     @staticmethod
-    def _selection(pieces: list[tuple[Block, slice | np.ndarray]], sweep_ends: list[int]) -> Selection:
+    def _selection(
+        pieces: list[tuple[Block, slice | np.ndarray]], sweep_ends: list[int], first_sweep: int
+    ) -> Selection:
         if len(pieces) == 1:
             block, chosen = pieces[0]
-            return Selection(block.units[chosen], block.chunks[chosen], block.lengths[chosen], sweep_ends)
+            return Selection(block.units[chosen], block.chunks[chosen], block.lengths[chosen], sweep_ends, first_sweep)
         if not pieces:
             empty = np.zeros(0, dtype=np.int64)
-            return Selection(empty, empty.astype(np.int32), empty, sweep_ends)
+            return Selection(empty, empty.astype(np.int32), empty, sweep_ends, first_sweep)
         return Selection(
             np.concatenate([b.units[c] for b, c in pieces]),
             np.concatenate([b.chunks[c] for b, c in pieces]),
             np.concatenate([b.lengths[c] for b, c in pieces]),
             sweep_ends,
+            first_sweep,
         )
 
-    def upcoming_chunks(self, blocks: int, epoch_end: float) -> list[np.ndarray]:
-        """The chunks the current block and the next ``blocks - 1`` blocks need, block by block (this
-        partition's only, when partitions are chunk-level); none of sweeps that start at ``epoch_end``."""
-        result: list[np.ndarray] = []
+    def upcoming_chunks(self, blocks: int, epoch_end: float) -> list[tuple[int, np.ndarray]]:
+        """The chunks the current block and the next ``blocks - 1`` blocks need, block by block, with the
+        block's sweep (this partition's only, when partitions are chunk-level); none of sweeps that start at
+        ``epoch_end``."""
+        result: list[tuple[int, np.ndarray]] = []
         if self.position >= epoch_end:
             return result
         sweep, k = self.sweep, self.block
@@ -230,7 +249,7 @@ class Cursor:
             chunks = order.needed_chunks(k)
             if partitions > 1 and order.chunk_level(partitions):
                 chunks = chunks[order.chunk_rank[chunks] % partitions == index]
-            result.append(chunks)
+            result.append((sweep, chunks))
             k += 1
         return result
 

@@ -133,6 +133,11 @@ class Deserializer(abc.ABC):
     #: i-vector beside its frames. Only a secondary deserializer may broadcast.
     broadcast: bool = False
 
+    #: ``True``: chunks differ from sweep to sweep (random augmentation drawn from the seed, the sweep and the
+    #: sequence key): the reader asks :meth:`get_chunk_of_sweep` and keeps a copy per sweep parity, so a window
+    #: spanning a sweep boundary holds both; a checkpoint restores the same data, as the sweep is part of it.
+    sweep_dependent: bool = False
+
     #: ``False``: the data means nothing frame by frame (e.g. MLF labels with phone boundaries, whose 2.0 marks a
     #: segment start), so ``MinibatchSource(frame_mode=True)`` refuses it, as CNTK did.
     supports_frame_mode: bool = True
@@ -152,6 +157,10 @@ class Deserializer(abc.ABC):
     @abc.abstractmethod
     def get_chunk(self, chunk_id: int) -> dict[str, StreamData]:  # or a ParsedChunk
         """Parses a chunk: stream name -> data of every sequence of the chunk, in index order."""
+
+    def get_chunk_of_sweep(self, chunk_id: int, sweep: int) -> dict[str, StreamData]:
+        """The chunk as sweep ``sweep`` reads it; the same for every sweep unless :attr:`sweep_dependent`."""
+        return self.get_chunk(chunk_id)
 
     def sequence_index(self) -> SequenceIndex:
         """Every sequence's length and key, chunk after chunk, as columns (built once, then cached).

@@ -17,7 +17,7 @@ from .assemble import Assembler
 from .bptt import BpttSlots, row_layout
 from .checkpoint import CHECKPOINT_VERSION, merge_checkpoints, seal, validate
 from .chunk_cache import ChunkCache
-from .corpus import Corpus
+from .corpus import SWEEP_VERSIONS, Corpus
 from .cursor import Cursor, Selection
 from .data_slice import parse_slice
 from .deserializer import Deserializer, DeserializerGroup, flatten_deserializers
@@ -134,6 +134,11 @@ class MinibatchSource:
             deserializers, self.data_slice, self.frame_mode, strict=bool(strict), length_mismatch=length_mismatch
         )
         self._check_aligned()
+        if self._corpus.sweep_dependent and self.truncation_length:
+            raise ConfigError(
+                "truncated BPTT cannot read deserializers whose data varies by sweep (random augmentation): a "
+                "sequence carried over into the next sweep would mix two sweeps' data"
+            )
         self._infos = self._corpus.streams
         self.streams = Record({info.name: info for info in self._infos})
         if self._corpus.sweep_size == 0:
@@ -313,13 +318,17 @@ class MinibatchSource:
         self, minibatch_size: int, partitions: int, index: int, gather: bool
     ) -> Minibatch | bool | None:
         budget = max(1, minibatch_size // partitions + (index < minibatch_size % partitions))
-        selection = self._cursor.select(budget, partitions, index, self._epoch_end)
+        versioned = self._corpus.sweep_dependent  # then a read spans at most the sweeps whose chunks are held
+        selection = self._cursor.select(
+            budget, partitions, index, self._epoch_end, SWEEP_VERSIONS if versioned else None
+        )
         if not len(selection.units):
             return None
         if not gather:
             return True
         self._load(selection)
-        return self._assembler.minibatch(selection.units, selection.chunks, bool(selection.sweep_ends))
+        sweeps = selection.sweeps() if versioned else None
+        return self._assembler.minibatch(selection.units, selection.chunks, bool(selection.sweep_ends), sweeps=sweeps)
 
     def _read_bptt(self, minibatch_size: int, partitions: int, index: int, gather: bool) -> Minibatch | bool | None:
         """Truncated BPTT: every slot yields ``truncation_length`` steps, carrying sequences over."""
@@ -348,23 +357,35 @@ class MinibatchSource:
 
     def _load(self, selection: Selection, extra: list[int] | None = None) -> None:
         """Makes sure the chunks of the selection are loaded, drops the chunks no read needs any more and
-        prefetches the next blocks' chunks."""
+        prefetches the next blocks' chunks. Chunks are asked for with the sweep they are read in (it matters
+        only to chunks that vary by sweep: of those, a copy per sweep parity is held)."""
         cursor = self._cursor
         plan = (cursor.sweep, cursor.block, cursor.partitioning)
         if plan == self._planned and extra is None:
             return  # the read stayed in the block planned when the cursor entered it
         self._planned = plan
-        needed = set(np.unique(selection.chunks).tolist())
+        versioned = self._corpus.sweep_dependent
+        if versioned:
+            sweeps = selection.sweeps()
+            needed = set(zip(selection.chunks.tolist(), sweeps.tolist()))
+            last_sweep = int(sweeps.min()) + SWEEP_VERSIONS - 1  # a later sweep would replace a copy in use
+        else:
+            needed = {(c, 0) for c in np.unique(selection.chunks).tolist()}
+            last_sweep = None
         in_flight = set()
         if extra:  # BPTT: units waiting in slots keep their chunks
-            in_flight = set(self._corpus.chunk_of_units(np.asarray(extra, dtype=np.int64)).tolist())
+            in_flight = {(c, 0) for c in self._corpus.chunk_of_units(np.asarray(extra, dtype=np.int64)).tolist()}
         threads = self._cache.threads
-        upcoming = cursor.upcoming_chunks(1 + max(1, threads), self._epoch_end)
-        window = needed | in_flight | (set(upcoming[0].tolist()) if upcoming else set())
-        ahead: list[int] = []
+        upcoming = [
+            [(c, sweep if versioned else 0) for c in chunks.tolist()]
+            for sweep, chunks in cursor.upcoming_chunks(1 + max(1, threads), self._epoch_end)
+            if last_sweep is None or sweep <= last_sweep
+        ]
+        window = needed | in_flight | (set(upcoming[0]) if upcoming else set())
+        ahead: list[tuple[int, int]] = []
         if threads and self.position < self._epoch_end:
-            for block_chunks in upcoming[1:]:
-                ahead.extend(c for c in block_chunks.tolist() if c not in window and c not in ahead)
+            for block_pairs in upcoming[1:]:
+                ahead.extend(p for p in block_pairs if p not in window and p not in ahead)
             ahead = ahead[:threads]
         corpus = self._corpus
         self._cache.retain(set(corpus.chunk_keys(window | set(ahead))))

@@ -88,6 +88,7 @@ Store::Store(std::vector<std::vector<ColumnSpec>> layouts, std::vector<int64_t> 
   }
   lookups_.resize(layouts_.size());
   broadcast_.assign(layouts_.size(), 0);
+  versions_.assign(layouts_.size(), 1);
 }
 
 void Store::load(size_t d, int64_t index, std::shared_ptr<Slot> slot) {
@@ -112,7 +113,7 @@ void Store::clear(size_t d, int64_t index) {
 void Store::set_lookup(size_t d, Lookup lookup) {
   if (d == 0 || d >= layouts_.size()) throw std::invalid_argument("only a secondary deserializer has a lookup");
   if ((lookup.match32 == nullptr) == (lookup.match64 == nullptr)) throw std::invalid_argument("one match array");
-  if (lookup.chunks != slot_count(d)) throw std::invalid_argument("chunk starts do not match the slot count");
+  if (lookup.chunks * versions_[d] != slot_count(d)) throw std::invalid_argument("chunk starts do not match the slot count");
   for (int64_t c = 0; c < lookup.chunks; ++c) {
     if (lookup.chunk_starts[c + 1] < lookup.chunk_starts[c]) throw std::invalid_argument("chunk starts decrease");
   }
@@ -123,6 +124,13 @@ void Store::set_lookup(size_t d, Lookup lookup) {
   }
   std::lock_guard<std::mutex> lock(mutex_);
   lookups_[d] = std::move(lookup);
+}
+
+void Store::set_versions(size_t d, int64_t versions) {
+  if (d >= layouts_.size() || versions < 1 || versions > 8 || slot_count(d) % versions != 0)
+    throw std::invalid_argument("versions must divide the deserializer's slot count (1..8)");
+  std::lock_guard<std::mutex> lock(mutex_);
+  versions_[d] = versions;
 }
 
 void Store::set_broadcast(size_t d) {
@@ -215,7 +223,8 @@ GatherResult Store::gather(const Request& request) const {
         if (s < 0 || s >= lookup.sequences) throw std::invalid_argument("a sequence outside the corpus");
         const int64_t g = lookup.match32 ? lookup.match32[s] : lookup.match64[s];
         const int64_t c = std::upper_bound(starts, starts + lookup.chunks + 1, g) - starts - 1;
-        ids[i] = c;
+        const int64_t versions = versions_[d];
+        ids[i] = versions == 1 ? c : c * versions + (request.version ? request.version[i] % versions : 0);
         rows[i * num_parts + d] = g - starts[c];
       }
       hold(d, ids);

@@ -73,6 +73,7 @@ struct Request {
   const int64_t* unit = nullptr;    // reader-wide unit number (a sequence, or a frame in frame mode)
   const int64_t* offset = nullptr;  // pieces: first sample
   const int64_t* count = nullptr;   // pieces: number of samples
+  const uint8_t* version = nullptr; // per unit, the version of the secondaries' chunks to read (see set_versions)
   int64_t n = 0;
   UnitKind kind = UnitKind::sequences;
 };
@@ -118,6 +119,10 @@ class Store {
   // Secondary d holds one sample per sequence, repeated to the length of the primary's sequence (CNTK's
   // expandToUtterance: an utterance's i-vector beside its frames); in frame mode every frame gets it.
   void set_broadcast(size_t d);
+  // Deserializer d keeps `versions` copies of each chunk (chunks that differ from sweep to sweep: version =
+  // sweep % versions); its slots are chunk * versions + version. For a secondary the gather picks the version of
+  // each unit from Request::version; the primary's slots come in the request already.
+  void set_versions(size_t d, int64_t versions);
   // Per corpus sequence, the most samples a whole sequence takes from any stream (truncation); none if null.
   void set_caps(const int64_t* caps, int64_t sequences, std::shared_ptr<void> owner);
 
@@ -132,6 +137,7 @@ class Store {
   std::vector<std::vector<std::shared_ptr<const Slot>>> slots_;
   std::vector<Lookup> lookups_;
   std::vector<uint8_t> broadcast_;  // per deserializer
+  std::vector<int64_t> versions_;   // per deserializer
   // Per deserializer and slot, the number of the last gather that used the slot: finds the distinct slots
   // of a minibatch in one pass (guarded by the mutex).
   mutable std::vector<std::vector<uint64_t>> seen_;

@@ -455,6 +455,14 @@ class ChunkStore {
     }
   }
 
+  void set_versions(size_t d, int64_t versions) {
+    try {
+      store_->set_versions(d, versions);
+    } catch (const std::invalid_argument& e) {
+      throw nb::value_error(e.what());
+    }
+  }
+
   void set_broadcast(size_t d) {
     try {
       store_->set_broadcast(d);
@@ -473,9 +481,10 @@ class ChunkStore {
 
   // (streams of every deserializer, keep or None, short (unit, stream, row) or None, missing [(d, slot)] or None)
   nb::tuple gather(IndexArray chunk, OffsetArray unit, std::optional<OffsetArray> offset,
-                   std::optional<OffsetArray> count, int kind) {
+                   std::optional<OffsetArray> count, int kind, std::optional<FlagArray> version) {
     const size_t n = chunk.shape(0);
     if (unit.shape(0) != n) throw nb::value_error("chunk and unit arrays differ in length");
+    if (version && version->shape(0) != n) throw nb::value_error("version must have one entry per unit");
     if (kind < 0 || kind > 2) throw nb::value_error("kind must be 0 (sequences), 1 (frames) or 2 (pieces)");
     if (kind == 2 && (!offset || !count || offset->shape(0) != n || count->shape(0) != n))
       throw nb::value_error("pieces need offset and count arrays of the same length");
@@ -484,6 +493,7 @@ class ChunkStore {
     request.unit = unit.data();
     request.offset = kind == 2 ? offset->data() : nullptr;
     request.count = kind == 2 ? count->data() : nullptr;
+    request.version = version ? version->data() : nullptr;
     request.n = static_cast<int64_t>(n);
     request.kind = static_cast<assemble::UnitKind>(kind);
     assemble::GatherResult r;
@@ -739,5 +749,8 @@ NB_MODULE(_native, m) {
       .def("set_broadcast", &ChunkStore::set_broadcast, "deserializer"_a,
            "Secondary `deserializer` holds one sample per sequence, repeated to the primary's length.")
       .def("set_caps", &ChunkStore::set_caps, "caps"_a.none())
-      .def("gather", &ChunkStore::gather, "chunk"_a, "unit"_a, "offset"_a.none(), "count"_a.none(), "kind"_a);
+      .def("set_versions", &ChunkStore::set_versions, "deserializer"_a, "versions"_a,
+           "Deserializer `deserializer` keeps `versions` copies of each chunk (slot = chunk * versions + version).")
+      .def("gather", &ChunkStore::gather, "chunk"_a, "unit"_a, "offset"_a.none(), "count"_a.none(), "kind"_a,
+           "version"_a.none() = nb::none());
 }
