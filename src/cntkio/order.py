@@ -87,6 +87,8 @@ class SweepOrder:
             self._window = float(max(r.window, 1))
             self._bounds = np.unique(np.concatenate([self._starts, self._starts + self._window]))
             self._keys: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # rank -> sorted keys and their units
+            # (next block, ranks opened, keys >= its lower bound of the opened ranks, their units): see _shuffled_block
+            self._frontier: tuple[int, int, np.ndarray, np.ndarray] | None = None
         self.chunk_rank = np.empty(count, dtype=np.int64)
         self.chunk_rank[self.chunk_order] = np.arange(count, dtype=np.int64)
 
@@ -125,21 +127,39 @@ class SweepOrder:
         return self._shuffled_block(k)
 
     def _shuffled_block(self, k: int) -> Block:
-        """The units whose keys fall in block k's interval, by increasing key."""
+        """The units whose keys fall in block k's interval, by increasing key (ties: lower rank first).
+
+        Blocks are read in order, so the keys of the window's chunks not yet read are kept merged (the
+        *frontier*): block k opens the chunks starting at its lower bound, merges their keys in and cuts off those
+        below its upper bound. Another block than the next is rebuilt from its chunks."""
         lo, hi = self._ranks(k)
         for rank in [r for r in self._keys if r < lo]:
             del self._keys[rank]  # no later block needs these chunks
         low, high = self._bounds[k], self._bounds[k + 1]
-        keys: list[np.ndarray] = []
-        units: list[np.ndarray] = []
-        for rank in range(lo, hi):
-            chunk_keys, chunk_units = self._chunk_keys(rank)
-            a, b = np.searchsorted(chunk_keys, [low, high], side="left")
-            keys.append(chunk_keys[a:b])
-            units.append(chunk_units[a:b])
-        if not keys:
-            return self._units_block(np.zeros(0, dtype=np.int64))
-        return self._units_block(np.concatenate(units)[np.argsort(np.concatenate(keys), kind="stable")])
+        if self._frontier is None or self._frontier[0] != k:
+            keys, units = [], []
+            for rank in range(lo, hi):
+                chunk_keys, chunk_units = self._chunk_keys(rank)
+                a = int(np.searchsorted(chunk_keys, low, side="left"))
+                keys.append(chunk_keys[a:])
+                units.append(chunk_units[a:])
+            opened = hi
+        else:
+            _, opened, pending_keys, pending_units = self._frontier
+            keys, units = [pending_keys], [pending_units]
+            for rank in range(opened, hi):
+                chunk_keys, chunk_units = self._chunk_keys(rank)
+                keys.append(chunk_keys)
+                units.append(chunk_units)
+            opened = max(opened, hi)
+        merged_keys = np.concatenate(keys) if keys else np.zeros(0)
+        merged_units = np.concatenate(units) if units else np.zeros(0, dtype=np.int64)
+        if len(keys) > 1:  # sorted runs, lower ranks first: a stable sort keeps ties in rank order
+            order = np.argsort(merged_keys, kind="stable")
+            merged_keys, merged_units = merged_keys[order], merged_units[order]
+        cut = int(np.searchsorted(merged_keys, high, side="left"))
+        self._frontier = (k + 1, opened, merged_keys[cut:], merged_units[cut:])
+        return self._units_block(merged_units[:cut].astype(np.int64, copy=False))
 
     def _units_block(self, units: np.ndarray) -> Block:
         corpus = self.corpus
