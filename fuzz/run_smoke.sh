@@ -29,3 +29,4 @@ run fuzz_records $((seconds / 5)) records_fuzz.cpp ../src/native/records.cpp
 run fuzz_mlf $((seconds / 10)) mlf_fuzz.cpp ../src/native/mlf.cpp
 run fuzz_scp $((seconds / 10)) scp_fuzz.cpp ../src/native/scp.cpp
 run fuzz_htk $((seconds / 10)) htk_fuzz.cpp ../src/native/htk.cpp
+run fuzz_image_index $((seconds / 10)) image_index_fuzz.cpp ../src/native/image_index.cpp

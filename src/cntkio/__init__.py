@@ -3,6 +3,7 @@
 Drop-in for ``cntk.io``: ``from cntkio import MinibatchSource, CTFDeserializer, StreamDef, StreamDefs``.
 """
 
+from . import transforms  # cntkio.transforms, as cntk.io.transforms
 from .convert import write_cbf
 from .deserializer import ChunkIndex, DenseStream, Deserializer, DeserializerGroup, SparseStream
 from .errors import CNTKIOError, ConfigError, FormatError, Location, MaxErrorsExceeded
@@ -10,6 +11,7 @@ from .formats.cbf import CBFDeserializer
 from .formats.ctf import CTFDeserializer
 from .formats.htk_features import HTKFeatureDeserializer
 from .formats.htk_labels import HTKMLFDeserializer
+from .formats.image import Base64ImageDeserializer, ImageDeserializer
 from .formats.records import RecordDeserializer
 from .join import DeserializerJoin, JoinReport, KeyProblems, LengthMismatch
 from .minibatch import MinibatchData
@@ -30,6 +32,7 @@ __all__ = [
     "DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS",
     "FULL_DATA_SWEEP",
     "INFINITELY_REPEAT",
+    "Base64ImageDeserializer",
     "CBFDeserializer",
     "CNTKIOError",
     "CTFDeserializer",
@@ -42,6 +45,7 @@ __all__ = [
     "FormatError",
     "HTKFeatureDeserializer",
     "HTKMLFDeserializer",
+    "ImageDeserializer",
     "JoinReport",
     "KeyProblems",
     "LengthMismatch",
@@ -62,5 +66,6 @@ __all__ = [
     "UserDeserializer",
     "UserMinibatchSource",
     "sequence_to_cntk_text_format",
+    "transforms",
     "write_cbf",
 ]

@@ -59,7 +59,7 @@ class Assembler:
         if keep is not None:
             kept = keep.astype(bool)
             if not self.invalid_units:  # said once; MinibatchSource.invalid_sequences_skipped keeps the count
-                logger.warning("skipping the frames/pieces of sequences left short by counted errors")
+                logger.warning("skipping units of sequences that counted errors left short or unusable")
             self.invalid_units += int(len(kept) - np.count_nonzero(kept))
             units = units[kept]
             if pieces is not None:

@@ -50,8 +50,10 @@ StreamData = Union[DenseStream, SparseStream]
 
 
 class ParsedChunk(dict):  # type: ignore[type-arg]
-    """What ``get_chunk`` returns: stream name -> data. ``invalid`` (optional, per sequence) flags the
-    sequences a counted error left short; frame mode and truncated BPTT skip them."""
+    """What ``get_chunk`` returns: stream name -> data. ``invalid`` (optional, uint8 per sequence) flags the
+    sequences a counted error left short (1: frame mode and truncated BPTT skip them; sequence mode keeps what
+    parsed) or without usable data (2: an undecodable image; skipped in every mode). A skipped sequence still
+    needs its place in the streams (any samples, e.g. zeros)."""
 
     def __init__(self, *args: Any, invalid: np.ndarray | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)

@@ -10,6 +10,7 @@ namespace cntkio::assemble {
 namespace {
 
 constexpr int64_t kPrefetch = 8;  // units ahead whose rows are prefetched
+constexpr uint8_t kUnusable = 2;  // Chunk::bad: a sequence without usable data (dropped in every mode)
 
 [[noreturn]] void invalid(size_t stream, const std::string& what) {
   throw std::invalid_argument("stream " + std::to_string(stream) + ": " + what);
@@ -248,11 +249,10 @@ GatherResult Store::gather(const Request& request) const {
     // Frames and pieces of a sequence a counted error damaged would not line up across streams: the
     // whole sequence is invalid there (dropped, as the error was counted); whole sequences keep what parsed.
     bool invalid = false;
-    if (takes[i] >= 0) {
-      for (size_t d = 0; d < num_parts; ++d) {
-        const Chunk& chunk = *chunks[i * num_parts + d];
-        invalid = invalid || (!chunk.bad.empty() && chunk.bad[rows[i * num_parts + d]]);
-      }
+    for (size_t d = 0; d < num_parts; ++d) {
+      const Chunk& chunk = *chunks[i * num_parts + d];
+      const uint8_t bad = chunk.bad.empty() ? 0 : chunk.bad[rows[i * num_parts + d]];
+      invalid = invalid || bad >= kUnusable || (bad && takes[i] >= 0);
     }
     if (invalid) {
       if (result.keep.empty()) result.keep.assign(n, 1);

@@ -37,8 +37,8 @@ int64_t uniform_entries(const int64_t* indptr, int64_t samples);
 struct Chunk {
   std::vector<Column> columns;
   int64_t sequences = 0;
-  std::vector<uint8_t> bad;    // per sequence: a counted error dropped some of its samples (or empty);
-                               // frame mode and BPTT skip such a sequence
+  std::vector<uint8_t> bad;    // per sequence (or empty): 1 = a counted error dropped some of its samples
+                               // (frame mode and BPTT skip it), 2 = it has no usable data (always skipped)
   std::shared_ptr<void> owner;  // keeps the buffers alive
 };
 

@@ -703,6 +703,7 @@ void bind_records(nb::module_& m);  // records_bindings.cpp
 void bind_mlf(nb::module_& m);      // mlf_bindings.cpp
 void bind_scp(nb::module_& m);      // scp_bindings.cpp
 void bind_htk(nb::module_& m);      // htk_bindings.cpp
+void bind_image_index(nb::module_& m);  // image_index_bindings.cpp
 
 NB_MODULE(_native, m) {
   m.doc() = "Native core of cntkio: CTF indexer and parser, minibatch assembly, CNTK block randomization.";
@@ -710,6 +711,7 @@ NB_MODULE(_native, m) {
   bind_mlf(m);
   bind_scp(m);
   bind_htk(m);
+  bind_image_index(m);
   cbf_error_type = nb::exception<cbf::CbfError>(m, "CbfError", PyExc_ValueError);
   nb::class_<CbfFile>(m, "CbfFile")
       .def(nb::init<int, int64_t>(), "fd"_a, "size"_a)

@@ -1,0 +1,420 @@
+"""Image deserializers (spec image.md): ``ImageDeserializer`` (map files of paths and zip items) and
+``Base64ImageDeserializer`` (base64-encoded images in a text file), with CNTK's transforms.
+
+A chunk is a few images (one by default, as in CNTK). Parsing a chunk reads each image's bytes, decodes it with
+OpenCV and runs the transform pipeline (:class:`~cntkio.formats.image_pipeline.ImagePipeline`) into the chunk's
+output buffer; OpenCV releases the GIL, so chunks decode on the parse threads in parallel. Random transforms draw
+from a generator derived from (seed, sweep, key, view): the deserializer is *sweep dependent*, so each sweep sees
+new augmentation, the same on any number of threads, workers or ranks, and a checkpoint restores it exactly.
+
+An image that cannot be decoded (or whose base64 is invalid) is an invalid sequence: skipped and counted under
+``max_errors`` (with 0 the first raises, naming the file, line and key).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..deserializer import DenseStream, IndexedDeserializer, ParsedChunk, SequenceIndex, SparseStream
+from ..errors import ConfigError, ErrorBudget, FormatError, Location
+from ..keys import KeyColumn, ObjectKeys
+from ..streams import StreamInformation, iter_stream_defs, parse_precision
+from .data_file import DataFile, rebuild_unchanged
+from .image_map import (
+    Base64Index,
+    ImageMap,
+    ZipArchives,
+    decode_base64_image_bytes,
+    index_base64,
+    parse_image_map,
+    read_image_bytes,
+)
+from .image_pipeline import ImagePipeline, RandomDraws, key_hash, require_cv2
+
+logger = logging.getLogger("cntkio")
+
+UNUSABLE = 2  # ParsedChunk.invalid: a sequence without usable data, skipped in every mode
+
+
+class _Streams:
+    """The image stream and the optional label stream of an image deserializer's ``StreamDefs``."""
+
+    def __init__(self, streams: Any, kind: str):
+        definitions = list(iter_stream_defs(streams))
+        images = [(n, d) for n, d in definitions if d.field == "image" or (d.field is None and d.transforms)]
+        labels = [(n, d) for n, d in definitions if d.field == "label"]
+        others = [n for n, d in definitions if (n, d) not in images and (n, d) not in labels]
+        if len(images) != 1 or len(labels) > 1 or others:
+            names = ", ".join(n for n, _ in definitions) or "none"
+            raise ConfigError(
+                f"{kind} needs exactly one image stream (field='image') and at most one label stream "
+                f"(field='label'); got {names}"
+            )
+        self.image_name, image = images[0]
+        self.transforms = list(image.transforms or [])
+        self.label_name: str | None = None
+        self.label_dim: int | None = None
+        if labels:
+            label_name, label = labels[0]
+            if label.shape is None:
+                raise ConfigError(f"{kind}: label stream '{label_name}' needs shape=NUMBER_OF_CLASSES")
+            self.label_name, self.label_dim = label_name, label.dim()
+
+
+class ImageDeserializerBase(IndexedDeserializer):
+    """The part both image formats share: streams, decoding, transforms, labels and invalid images."""
+
+    duplicate_key_copy = "last"  # CNTK's image map lookups find the last line holding a key
+    _kind = "image"
+
+    def _configure(
+        self,
+        streams: Any,
+        *,
+        grayscale: bool,
+        precision: str,
+        layout: str,
+        channel_order: str,
+        dtype: Any,
+        seed: int,
+        max_errors: int,
+        trace_level: int,
+    ) -> _Streams:
+        self.trace_level = int(trace_level)
+        config = _Streams(streams, type(self).__name__)
+        precision_dtype = parse_precision(precision)
+        self.pipeline = ImagePipeline(
+            config.transforms,
+            grayscale=bool(grayscale),
+            layout=layout,
+            channel_order=channel_order,
+            dtype=precision_dtype if dtype is None else dtype,
+        )
+        self.grayscale = bool(grayscale)
+        self.seed = int(seed)
+        self.sweep_dependent = self.pipeline.is_random
+        self.errors = ErrorBudget(int(max_errors), self.trace_level)
+        self._config = config
+        return config
+
+    def _finish_index(self, keys: KeyColumn, labels: np.ndarray | None, views: int, images_per_chunk: int) -> None:
+        """The streams and the index (``views`` sequences an image; chunks of ``images_per_chunk`` images)."""
+        config = self._config
+        count = len(keys)
+        self._views = views
+        self._labels = labels
+        self._image_keys = keys
+        shape = self.pipeline.output_shape()
+        if shape is None:
+            shape = self._shape_of_first_image()
+        self.image_shape = shape
+        infos = [StreamInformation(config.image_name, 0, "dense", self.pipeline.dtype, shape)]
+        if config.label_name is not None and config.label_dim is not None:
+            label_dtype = self.pipeline.dtype if self.pipeline.dtype != np.uint8 else np.dtype(np.float32)
+            infos.append(StreamInformation(config.label_name, 1, "sparse", label_dtype, (config.label_dim,)))
+        self._infos = infos
+        if images_per_chunk < 1:
+            raise ConfigError(f"images_per_chunk must be >= 1, got {images_per_chunk}")
+        self.images_per_chunk = int(images_per_chunk)
+        chunk_starts = np.arange(0, count + self.images_per_chunk, self.images_per_chunk, dtype=np.int64)
+        chunk_starts[-1] = count
+        chunk_starts = np.unique(chunk_starts) * views
+        sequence_keys = keys if views == 1 else _ViewKeys(keys, views)
+        self._index = SequenceIndex(chunk_starts, np.ones(count * views, dtype=np.int32), sequence_keys)
+
+    # --- per format -------------------------------------------------------------------------------------------
+    def _read(self, image: int) -> bytes | None:
+        """The encoded bytes of image ``image`` (None: unreadable: an invalid sequence)."""
+        raise NotImplementedError
+
+    def _where(self, image: int) -> Location:
+        """Where image ``image`` is named (file, line, key) for errors."""
+        raise NotImplementedError
+
+    # --- decoding ---------------------------------------------------------------------------------------------
+    def _decode(self, data: bytes | None) -> np.ndarray | None:
+        if data is None:
+            return None
+        cv2 = require_cv2()
+        flags = cv2.IMREAD_GRAYSCALE if self.grayscale else cv2.IMREAD_COLOR
+        try:
+            image = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), flags)
+        except cv2.error:
+            return None
+        return image if image is not None and image.size else None
+
+    def _shape_of_first_image(self) -> tuple[int, ...]:
+        """Without a transform fixing the size, every image must have the first decodable image's shape."""
+        for image in range(len(self._image_keys)):
+            decoded = self._decode(self._read(image))
+            if decoded is not None:
+                shape = self.pipeline.output_shape(decoded.shape)
+                if shape is None:
+                    break
+                return shape
+        raise ConfigError(
+            f"{self.source_name}: the image size is not fixed (add a scale transform or a fixed crop size) and no "
+            "image could be decoded to learn it"
+        )
+
+    def get_chunk(self, chunk_id: int) -> ParsedChunk:
+        return self.get_chunk_of_sweep(chunk_id, 0)
+
+    def get_chunk_of_sweep(self, chunk_id: int, sweep: int) -> ParsedChunk:
+        a, b = self._chunk_range(chunk_id)  # sequences (views of images)
+        views = self._views
+        count = b - a
+        values = np.empty((count, *self.image_shape), dtype=self.pipeline.dtype)  # every row is written below
+        invalid = np.zeros(count, dtype=np.uint8)
+        for first in range(0, count, views):
+            image = (a + first) // views
+            decoded = self._decode(self._read(image))
+            location = self._where(image)
+            if decoded is None:
+                self._bad(image, "cannot decode the image (not a supported image, or truncated)", location)
+                invalid[first : first + views] = UNUSABLE
+                values[first : first + views] = 0  # never delivered (skipped), but defined
+                continue
+            key = key_hash(location.sequence_key if location.sequence_key is not None else image)
+            for view in range(views):
+                draws = RandomDraws((self.seed, sweep, key, view))
+                try:
+                    self.pipeline.run(decoded, draws, view, out=values[first + view])
+                except ValueError as error:  # another size than the stream's (no scale transform)
+                    raise FormatError(
+                        f"image of shape {decoded.shape} gives {error}; every image must have the stream's shape "
+                        f"{self.image_shape} (add a scale transform)",
+                        location,
+                    ) from None
+        offsets = np.arange(count + 1, dtype=np.int64)
+        result = ParsedChunk({self._config.image_name: DenseStream(values, offsets)}, invalid=invalid)
+        if self._config.label_name is not None:
+            assert self._labels is not None and self._config.label_dim is not None
+            images = (a + np.arange(count)) // views
+            classes = self._labels[images].astype(np.int32)
+            label_values = np.ones(count, dtype=self._infos[1].dtype)
+            result[self._config.label_name] = SparseStream(
+                label_values, classes, offsets.copy(), offsets.copy(), self._config.label_dim
+            )
+        return result
+
+    def _bad(self, image: int, reason: str, location: Location) -> None:
+        if self.errors.max_errors == 0:
+            raise FormatError(reason, location)
+        self.errors.add(("image", image), lambda: FormatError(reason, location))
+
+    @property
+    def source_name(self) -> str:
+        return str(getattr(self, "filename", type(self).__name__))
+
+
+class _ViewKeys(KeyColumn):
+    """The keys of multi-view sequences: each image's key, once per view (``views`` consecutive sequences)."""
+
+    def __init__(self, keys: KeyColumn, views: int):
+        self.keys, self.views = keys, views
+
+    def __len__(self) -> int:
+        return len(self.keys) * self.views
+
+    def take(self, indices: np.ndarray) -> list[Any]:
+        return self.keys.take(np.asarray(indices, dtype=np.int64) // self.views)
+
+    def slice(self, start: int, stop: int) -> KeyColumn:
+        return ObjectKeys(self.take(np.arange(start, stop)))
+
+    @property
+    def is_text(self) -> bool:
+        return self.keys.is_text
+
+    def native(self) -> tuple[int, np.ndarray, np.ndarray | None]:
+        kind, values, offsets = self.keys.native()
+        rows = np.repeat(np.arange(len(self.keys), dtype=np.int64), self.views)
+        if offsets is None:
+            return kind, np.ascontiguousarray(values[rows]), None
+        lengths = np.diff(offsets)[rows]
+        new_offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=new_offsets[1:])
+        positions = np.repeat(offsets[rows] - new_offsets[:-1], lengths) + np.arange(int(new_offsets[-1]))
+        return kind, np.ascontiguousarray(values[positions]), new_offsets
+
+
+_OUTPUT_OPTIONS = """
+        grayscale: decode as one channel (``channels=1`` in the scale transform).
+        precision: ``'float'`` (float32) or ``'double'``; the output values' type unless ``dtype`` is given.
+        layout: ``'chw'`` (CNTK's: channels, rows, columns) or ``'hwc'``.
+        channel_order: ``'bgr'`` (CNTK's, as OpenCV decodes) or ``'rgb'`` (what torchvision models expect).
+        dtype: the image stream's values: ``np.float32``, ``np.float64`` or ``np.uint8`` (None: ``precision``).
+            For PyTorch: ``layout='chw', channel_order='rgb'`` (and ``dtype=np.uint8`` to normalise on the device).
+        seed: the augmentation seed; random transforms draw from a generator derived from (seed, the transform's
+            own seed, sweep, sequence key, view), so the same seed gives the same images anywhere.
+        images_per_chunk: images parsed (and randomized) together; 1 (CNTK's) keeps the window small in memory.
+        max_errors: images that cannot be decoded tolerated: skipped and counted (0: the first raises).
+"""
+
+
+class ImageDeserializer(ImageDeserializerBase):
+    (
+        """Images listed in a map file (``cntk.io.ImageDeserializer``): ``path<TAB>label`` (the key is the line index)
+    or ``key<TAB>path<TAB>label`` lines; paths may start with ``...`` (the map file's folder) and name an item of
+    a zip archive (``archive.zip@/inner/path.jpg``, each archive opened once per process).
+
+    Args:
+        map_file: the map file.
+        streams: ``StreamDefs(features=StreamDef(field='image', transforms=[...]), labels=StreamDef(field='label',
+            shape=NUM_CLASSES))``; the label stream is optional (without it labels are not read at all), and is
+            one-hot sparse.
+        multi_view: every image gives 10 sequences (views 0..9 of a ``multiview10`` crop); default: when the
+            transforms hold such a crop.
+    """
+        + _OUTPUT_OPTIONS
+        + """
+    Example::
+
+        from cntkio import transforms as T
+        images = ImageDeserializer("train_map.txt", StreamDefs(
+            features=StreamDef(field="image", transforms=[T.crop("randomside", side_ratio=0.875),
+                                                           T.scale(224, 224, 3), T.color(0.4, 0.4, 0.4)]),
+            labels=StreamDef(field="label", shape=1000)), channel_order="rgb")
+        source = MinibatchSource(images, randomization_window_in_chunks=1000)
+    """
+    )
+
+    def __init__(
+        self,
+        map_file: str | os.PathLike[str],
+        streams: Any = None,
+        *,
+        grayscale: bool = False,
+        multi_view: bool | None = None,
+        precision: str = "float",
+        layout: str = "chw",
+        channel_order: str = "bgr",
+        dtype: Any = None,
+        seed: int = 0,
+        images_per_chunk: int = 1,
+        max_errors: int = 0,
+        trace_level: int = 1,
+    ):
+        self._arguments = (
+            (map_file, streams),
+            {
+                "grayscale": grayscale, "multi_view": multi_view, "precision": precision, "layout": layout,
+                "channel_order": channel_order, "dtype": dtype, "seed": seed, "images_per_chunk": images_per_chunk,
+                "max_errors": max_errors, "trace_level": trace_level,
+            },
+        )  # fmt: skip
+        self.filename = os.fspath(map_file)
+        config = self._configure(
+            streams, grayscale=grayscale, precision=precision, layout=layout, channel_order=channel_order,
+            dtype=dtype, seed=seed, max_errors=max_errors, trace_level=trace_level,
+        )  # fmt: skip
+        views = self.pipeline.multiview if multi_view is None else bool(multi_view)
+        self.images: ImageMap = parse_image_map(self.filename, label_dim=config.label_dim, multi_view=views)
+        if len(self.images) == 0:
+            raise FormatError("the map file lists no image", Location(self.filename, 0))
+        self.archives = ZipArchives(self.images)
+        self.archives.check(self.images)
+        labels = self.images.labels if config.label_dim is not None else None
+        self._finish_index(self.images.keys, labels, self.images.views, images_per_chunk)
+
+    def _read(self, image: int) -> bytes | None:
+        return read_image_bytes(self.images, image, self.archives)
+
+    def _where(self, image: int) -> Location:
+        return self.images.location(image)
+
+    def fingerprint(self) -> list[Any]:
+        info = os.stat(self.filename)
+        return [type(self).__name__, os.path.basename(self.filename), info.st_size, info.st_mtime_ns]
+
+    def close(self) -> None:
+        self.archives.close()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        args, kwargs = self._arguments
+        return (rebuild_unchanged, (type(self), args, kwargs, self.fingerprint()))
+
+
+class Base64ImageDeserializer(ImageDeserializerBase):
+    (
+        """Base64-encoded images in a text file (``cntk.io.Base64ImageDeserializer``): ``label<TAB>base64`` lines (the
+    key is the line index) or ``key<TAB>label<TAB>base64`` (the first line decides). The file is indexed without
+    reading the images; each chunk's images are decoded from base64 when it is parsed. Invalid base64 or an image
+    that cannot be decoded is an invalid sequence (skipped and counted under ``max_errors``).
+
+    Args:
+        map_file: the base64 file.
+        streams: as for :class:`ImageDeserializer`.
+    """
+        + _OUTPUT_OPTIONS
+        + """
+    Example::
+
+        images = Base64ImageDeserializer("train_b64.txt", StreamDefs(
+            features=StreamDef(field="image", transforms=[T.scale(64, 64, 3)]),
+            labels=StreamDef(field="label", shape=10)))
+    """
+    )
+
+    def __init__(
+        self,
+        map_file: str | os.PathLike[str],
+        streams: Any = None,
+        *,
+        grayscale: bool = False,
+        precision: str = "float",
+        layout: str = "chw",
+        channel_order: str = "bgr",
+        dtype: Any = None,
+        seed: int = 0,
+        images_per_chunk: int = 1,
+        max_errors: int = 0,
+        trace_level: int = 1,
+    ):
+        self._arguments = (
+            (map_file, streams),
+            {
+                "grayscale": grayscale, "precision": precision, "layout": layout, "channel_order": channel_order,
+                "dtype": dtype, "seed": seed, "images_per_chunk": images_per_chunk, "max_errors": max_errors,
+                "trace_level": trace_level,
+            },
+        )  # fmt: skip
+        self.filename = os.fspath(map_file)
+        config = self._configure(
+            streams, grayscale=grayscale, precision=precision, layout=layout, channel_order=channel_order,
+            dtype=dtype, seed=seed, max_errors=max_errors, trace_level=trace_level,
+        )  # fmt: skip
+        self.index: Base64Index = index_base64(self.filename, label_dim=config.label_dim)
+        if len(self.index) == 0:
+            raise FormatError("the file holds no image", Location(self.filename, 0))
+        self._file = DataFile(self.filename, "Base64 image")
+        labels = self.index.labels if config.label_dim is not None else None
+        self._finish_index(self.index.keys, labels, 1, images_per_chunk)
+
+    def _read(self, image: int) -> bytes | None:
+        self._file.check_unchanged("indexed")
+        return decode_base64_image_bytes(
+            self._file.fd, int(self.index.payload_offsets[image]), int(self.index.payload_lengths[image])
+        )
+
+    def _where(self, image: int) -> Location:
+        return self.index.location(image)
+
+    def fingerprint(self) -> list[Any]:
+        return [type(self).__name__, *self._file.fingerprint()]
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        args, kwargs = self._arguments
+        return (rebuild_unchanged, (type(self), args, kwargs, self.fingerprint()))
+
+
+__all__: Sequence[str] = ["Base64ImageDeserializer", "ImageDeserializer"]

@@ -1,0 +1,179 @@
+// Python bindings of the image map and base64 image file scanners and the base64 decoder (image_index.hpp),
+// registered into cntkio._native by module.cpp. Arguments are checked here; the GIL is released while a file is
+// scanned and while base64 is read and decoded. Columns are handed to NumPy without a copy.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "file_io.hpp"
+#include "image_index.hpp"
+#include "numpy_out.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+using OffsetArray = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+void check_file(int fd, int64_t size, int64_t block) {
+  if (fd < 0) throw nb::value_error("invalid file descriptor");
+  if (size < 0) throw nb::value_error("size must be >= 0");
+  if (block < 256 || block > (int64_t{1} << 30)) throw nb::value_error("block must be in [256, 2**30]");
+}
+
+// None, or (message, byte offset, line, column, detail bytes or None, key bytes or None, key line index or -1).
+nb::object fatal_tuple(const cntkio::image::Fatal& f) {
+  if (!f.failed()) return nb::none();
+  nb::object detail = f.has_detail ? nb::object(nb::bytes(f.detail.data(), f.detail.size())) : nb::none();
+  nb::object key = f.has_key ? nb::object(nb::bytes(f.key.data(), f.key.size())) : nb::none();
+  return nb::make_tuple(f.message, f.offset, f.line, f.column, detail, key, f.key_index);
+}
+
+nb::dict image_map_scan(int fd, int64_t size, nb::bytes directory, int64_t label_dim, int64_t block) {
+  check_file(fd, size, block);
+  if (label_dim < -1 || label_dim == 0) throw nb::value_error("label_dim must be >= 1, or -1 (no labels)");
+  cntkio::image::MapOptions options;
+  options.directory.assign(directory.c_str(), directory.size());
+  options.label_dim = label_dim;
+  options.block_size = block;
+  cntkio::image::MapResult r;
+  cntkio::image::Fatal fatal;
+  {
+    nb::gil_scoped_release release;
+    cntkio::image::scan_map(fd, size, options, r, fatal);
+  }
+  nb::dict d;
+  d["columns"] = r.columns;
+  d["key_blob"] = cntkio::to_numpy(std::move(r.key_blob));
+  d["key_offsets"] = cntkio::to_numpy(std::move(r.key_offsets));
+  d["key_index"] = cntkio::to_numpy(std::move(r.key_index));
+  d["path_blob"] = cntkio::to_numpy(std::move(r.path_blob));
+  d["path_offsets"] = cntkio::to_numpy(std::move(r.path_offsets));
+  d["path_ids"] = cntkio::to_numpy(std::move(r.path_ids));
+  d["container_blob"] = cntkio::to_numpy(std::move(r.container_blob));
+  d["container_offsets"] = cntkio::to_numpy(std::move(r.container_offsets));
+  d["container_ids"] = cntkio::to_numpy(std::move(r.container_ids));
+  d["labels"] = cntkio::to_numpy(std::move(r.labels));
+  d["lines"] = cntkio::to_numpy(std::move(r.lines));
+  d["offsets"] = cntkio::to_numpy(std::move(r.offsets));
+  d["fatal"] = fatal_tuple(fatal);
+  return d;
+}
+
+nb::dict base64_index_scan(int fd, int64_t size, int64_t label_dim, int64_t block) {
+  check_file(fd, size, block);
+  if (label_dim < -1 || label_dim == 0) throw nb::value_error("label_dim must be >= 1, or -1 (no labels)");
+  cntkio::image::Base64Options options;
+  options.label_dim = label_dim;
+  options.block_size = block;
+  cntkio::image::Base64Result r;
+  cntkio::image::Fatal fatal;
+  {
+    nb::gil_scoped_release release;
+    cntkio::image::scan_base64(fd, size, options, r, fatal);
+  }
+  nb::dict d;
+  d["has_keys"] = r.has_keys;
+  d["numeric_keys"] = r.numeric_keys;
+  d["key_blob"] = cntkio::to_numpy(std::move(r.key_blob));
+  d["key_offsets"] = cntkio::to_numpy(std::move(r.key_offsets));
+  d["key_values"] = cntkio::to_numpy(std::move(r.key_values));
+  d["labels"] = cntkio::to_numpy(std::move(r.labels));
+  d["payload_offsets"] = cntkio::to_numpy(std::move(r.payload_offsets));
+  d["payload_lengths"] = cntkio::to_numpy(std::move(r.payload_lengths));
+  d["lines"] = cntkio::to_numpy(std::move(r.lines));
+  d["offsets"] = cntkio::to_numpy(std::move(r.offsets));
+  d["fatal"] = fatal_tuple(fatal);
+  return d;
+}
+
+// Decodes `n` bytes at `data` (trailing non-base64 bytes dropped) into `out`; false when invalid.
+bool decode_into(const uint8_t* data, size_t n, std::vector<uint8_t>& out) {
+  const size_t trimmed = cntkio::image::base64_trim(data, n);
+  out.resize(trimmed / 4 * 3);
+  const int64_t written = cntkio::image::base64_decode(data, trimmed, out.data());
+  if (written < 0) return false;
+  out.resize(static_cast<size_t>(written));
+  return true;
+}
+
+nb::object base64_decode(nb::bytes data) {
+  const auto* bytes = reinterpret_cast<const uint8_t*>(data.c_str());
+  const size_t size = data.size();
+  std::vector<uint8_t> out;
+  bool ok = false;
+  {
+    nb::gil_scoped_release release;  // `data` is immutable and kept alive by the caller
+    ok = decode_into(bytes, size, out);
+  }
+  if (!ok) return nb::none();
+  return nb::bytes(reinterpret_cast<const char*>(out.data()), out.size());
+}
+
+nb::object base64_decode_file(int fd, int64_t offset, int64_t length) {
+  if (fd < 0) throw nb::value_error("invalid file descriptor");
+  if (offset < 0 || length < 0) throw nb::value_error("offset and length must be >= 0");
+  std::vector<uint8_t> raw, out;
+  bool ok = false;
+  {
+    nb::gil_scoped_release release;
+    raw.resize(static_cast<size_t>(length));
+    cntkio::read_exact(fd, offset, length, reinterpret_cast<char*>(raw.data()));
+    ok = decode_into(raw.data(), raw.size(), out);
+  }
+  if (!ok) return nb::none();
+  return nb::bytes(reinterpret_cast<const char*>(out.data()), out.size());
+}
+
+nb::tuple base64_decode_batch(int fd, OffsetArray offsets, OffsetArray lengths) {
+  if (fd < 0) throw nb::value_error("invalid file descriptor");
+  const size_t n = offsets.shape(0);
+  if (lengths.shape(0) != n) throw nb::value_error("offsets and lengths differ in length");
+  const int64_t* o = offsets.data();
+  const int64_t* l = lengths.data();
+  for (size_t i = 0; i < n; ++i) {
+    if (o[i] < 0 || l[i] < 0 || o[i] > INT64_MAX - l[i]) throw nb::value_error("offsets and lengths must be >= 0");
+  }
+  cntkio::image::DecodedBatch r;
+  {
+    nb::gil_scoped_release release;
+    r = cntkio::image::decode_batch(fd, o, l, n);
+  }
+  return nb::make_tuple(cntkio::to_numpy(std::move(r.blob)), cntkio::to_numpy(std::move(r.out_offsets)),
+                        cntkio::to_numpy(std::move(r.ok)));
+}
+
+}  // namespace
+
+void bind_image_index(nb::module_& m) {
+  m.def("image_map_scan", &image_map_scan, "fd"_a, "size"_a, "directory"_a, "label_dim"_a,
+        "block"_a = int64_t{4} << 20,
+        "Scan bytes [0, size) of the image map file open as fd (pread in blocks, GIL released). directory: what a "
+        "leading '...' becomes (bytes); label_dim: -1 for no labels. A dict of columns (2 or 3), key_blob uint8 + "
+        "key_offsets int64 (3 columns) or key_index int64 (2 columns: 0-based line index), path_blob + path_offsets "
+        "(distinct plain paths and zip items), path_ids int32, container_blob + container_offsets (distinct zip "
+        "archives), container_ids int32 (-1: plain file), labels int64 (-1: not parsed), lines int32 (1-based), "
+        "offsets int64 (line starts), fatal: None or (message with '{}' for detail, byte offset, line, column, "
+        "detail bytes or None, key bytes or None, key line index or -1).");
+  m.def("base64_index_scan", &base64_index_scan, "fd"_a, "size"_a, "label_dim"_a, "block"_a = int64_t{4} << 20,
+        "Scan bytes [0, size) of the base64 image file open as fd (pread in blocks, GIL released). A dict of "
+        "has_keys, numeric_keys, key_blob + key_offsets (text keys) or key_values uint64 (numeric keys, or the "
+        "0-based line index without keys), labels int64 (-1: not parsed), payload_offsets and payload_lengths int64, "
+        "lines int32, offsets int64 (line starts), fatal (as image_map_scan's).");
+  m.def("base64_decode", &base64_decode, "data"_a,
+        "Base64 data decoded (standard alphabet, '=' padding, trailing non-base64 bytes dropped), or None when "
+        "invalid (GIL released).");
+  m.def("base64_decode_file", &base64_decode_file, "fd"_a, "offset"_a, "length"_a,
+        "Bytes [offset, offset + length) of the file open as fd, base64-decoded as base64_decode does, or None "
+        "(GIL released). Raises ShortRead where the file ends first.");
+  m.def("base64_decode_batch", &base64_decode_batch, "fd"_a, "offsets"_a, "lengths"_a,
+        "Many base64 payloads of the file open as fd decoded in one call (GIL released): (blob uint8, "
+        "out_offsets int64 (n + 1), ok uint8): payload i is blob[out_offsets[i]:out_offsets[i + 1]] when ok[i] "
+        "(empty otherwise). Raises ShortRead where the file ends before a payload.");
+}
