@@ -237,3 +237,25 @@ def test_images_join_ctf_side_data_by_key(tmp_path: Path) -> None:
         assert minibatch["labels"].csr.toarray().argmax(axis=1).tolist() == [k % 5 for k in keys]
     source = MinibatchSource([ImageDeserializer(map_file, streams(T.scale(8, 8, 3))), side], max_sweeps=1)
     assert source.join_report is not None and source.join_report.deserializers[1].missing.count == 1
+
+
+def test_jpeg_decoding_equals_opencv_also_with_an_exif_orientation(tmp_path: Path) -> None:
+    """JPEGs may be decoded by libjpeg-turbo directly (simplejpeg, when installed); the pixels must be OpenCV's,
+    and a JPEG with an EXIF orientation (which OpenCV applies) must come out rotated as OpenCV rotates it."""
+    image_module = pytest.importorskip("PIL.Image")
+    pixels = np.random.default_rng(1).integers(0, 255, size=(24, 40, 3), dtype=np.uint8)
+    picture = image_module.fromarray(pixels)
+    exif = image_module.Exif()
+    exif[0x0112] = 6  # orientation: rotate 90 degrees clockwise
+    for name, options in (("plain", {}), ("rotated", {"exif": exif})):
+        folder = tmp_path / name
+        folder.mkdir()
+        path = folder / f"{name}.jpg"
+        picture.save(path, quality=90, **options)
+        reader = ImageDeserializer(
+            write_map(folder, [path], labels=[0]), streams(labels=None), layout="hwc", dtype=np.uint8
+        )
+        got = MinibatchSource(reader, randomize=False).next_minibatch(1)["features"].values[0]
+        expected = cv2.imread(str(path), cv2.IMREAD_COLOR)
+        assert got.shape == expected.shape == ((40, 24, 3) if options else (24, 40, 3))
+        np.testing.assert_array_equal(got, expected)
