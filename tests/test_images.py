@@ -16,6 +16,7 @@ cv2 = pytest.importorskip("cv2")
 
 from cntkio import (  # noqa: E402
     Base64ImageDeserializer,
+    CNTKIOError,
     CTFDeserializer,
     FormatError,
     ImageDeserializer,
@@ -259,3 +260,16 @@ def test_jpeg_decoding_equals_opencv_also_with_an_exif_orientation(tmp_path: Pat
         expected = cv2.imread(str(path), cv2.IMREAD_COLOR)
         assert got.shape == expected.shape == ((40, 24, 3) if options else (24, 40, 3))
         np.testing.assert_array_equal(got, expected)
+
+
+def test_a_source_of_only_undecodable_images_ends_or_says_so(tmp_path: Path) -> None:
+    """A read whose images were all skipped reads on (a minibatch is never empty); a finite epoch then ends, an
+    endless source raises once a whole sweep gave nothing usable (instead of looping forever)."""
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"\x89PNG broken")
+    map_file = write_map(tmp_path, [bad, bad], labels=[0, 1])
+    finite = MinibatchSource(ImageDeserializer(map_file, streams(T.scale(4, 4, 3)), max_errors=5), max_samples=6)
+    assert finite.next_minibatch(3) == {}
+    endless = MinibatchSource(ImageDeserializer(map_file, streams(T.scale(4, 4, 3)), max_errors=5))
+    with pytest.raises(CNTKIOError, match="no usable sequence in a whole sweep"):
+        endless.next_minibatch(3)

@@ -21,7 +21,7 @@ from .corpus import SWEEP_VERSIONS, Corpus
 from .cursor import Cursor, Selection
 from .data_slice import parse_slice
 from .deserializer import Deserializer, DeserializerGroup, flatten_deserializers
-from .errors import ConfigError
+from .errors import CNTKIOError, ConfigError
 from .join import JoinReport, LengthMismatch
 from .minibatch import Minibatch, MinibatchData
 from .order import Randomization
@@ -56,6 +56,10 @@ class MinibatchSource:
     reported once, in a warning and in :attr:`join_report`. ``strict=True`` makes a missing or duplicate
     key an error; ``length_mismatch`` (``"pad"``, ``"truncate"`` or ``"error"``, see
     :class:`~cntkio.LengthMismatch`) decides what a length mismatch does.
+
+    A deserializer whose data varies by sweep (random image augmentation) keeps chunks of two sweeps at most, so
+    with one a minibatch holds units of at most two consecutive sweeps (shorter than asked only when it would span
+    more, i.e. on a corpus smaller than the minibatch); truncated BPTT is refused with it.
 
     A source may be shared by threads: reads are serialised by a lock. Close it (or use it as a context
     manager) to stop its parse threads.
@@ -317,18 +321,32 @@ class MinibatchSource:
     def _read_sequences(
         self, minibatch_size: int, partitions: int, index: int, gather: bool
     ) -> Minibatch | bool | None:
+        """The next minibatch of whole units. A read whose units were all skipped as unusable (images that do not
+        decode) reads on, so a minibatch is never empty; an endless source giving a whole sweep of unusable units
+        is an error."""
         budget = max(1, minibatch_size // partitions + (index < minibatch_size % partitions))
         versioned = self._corpus.sweep_dependent  # then a read spans at most the sweeps whose chunks are held
-        selection = self._cursor.select(
-            budget, partitions, index, self._epoch_end, SWEEP_VERSIONS if versioned else None
-        )
-        if not len(selection.units):
-            return None
-        if not gather:
-            return True
-        self._load(selection)
-        sweeps = selection.sweeps() if versioned else None
-        return self._assembler.minibatch(selection.units, selection.chunks, bool(selection.sweep_ends), sweeps=sweeps)
+        skipped, sweep_ended = 0, False
+        while True:
+            selection = self._cursor.select(
+                budget, partitions, index, self._epoch_end, SWEEP_VERSIONS if versioned else None
+            )
+            if not len(selection.units):
+                return None
+            if not gather:
+                return True
+            if skipped >= self._corpus.num_units and math.isinf(self._epoch_end):  # would read on forever
+                raise CNTKIOError(
+                    f"{self._deserializer.source_name}: no usable sequence in a whole sweep ({skipped} units skipped "
+                    f"as invalid; see the errors counted under max_errors)"
+                )
+            self._load(selection)
+            sweeps = selection.sweeps() if versioned else None
+            sweep_ended = sweep_ended or bool(selection.sweep_ends)
+            minibatch = self._assembler.minibatch(selection.units, selection.chunks, sweep_ended, sweeps=sweeps)
+            if len(minibatch.provenance.units):
+                return minibatch
+            skipped += len(selection.units)
 
     def _read_bptt(self, minibatch_size: int, partitions: int, index: int, gather: bool) -> Minibatch | bool | None:
         """Truncated BPTT: every slot yields ``truncation_length`` steps, carrying sequences over."""

@@ -69,6 +69,14 @@ def self_consistency_pairs() -> list[tuple[Case, Case]]:
     ]
 
 
+def image_cases() -> list[Case]:
+    """Every image case of the corpus (kind ``image``), whatever its harness, expectation or RNG dependence."""
+    if not corpus_present():
+        return []
+    cases = json.loads((corpus_dir() / "cases.json").read_text(encoding="utf-8"))["cases"]
+    return [c for c in cases if c["kind"] == "image"]
+
+
 def is_reader_case(case: Case) -> bool:
     """Cases run through CNTK's ``HelperRunReaderTest`` (config file, epochs, control file)."""
     return case["harness"] == "HelperRunReaderTest"

@@ -8,13 +8,22 @@ then ``labels*`` matrices; per matrix the sequences packed first-fit into rows, 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from cntkio import CBFDeserializer, CTFDeserializer, Deserializer, MinibatchData, MinibatchSource, StreamDef, StreamDefs
+from cntkio import (
+    DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS,
+    CBFDeserializer,
+    CTFDeserializer,
+    Deserializer,
+    MinibatchData,
+    MinibatchSource,
+    StreamDef,
+    StreamDefs,
+)
 
 from .corpus import Case, corpus_dir
 
@@ -65,7 +74,10 @@ def time_major_order(lengths: Sequence[int]) -> list[int]:
 
 
 def matrix_lines(data: MinibatchData) -> list[str]:
-    """The text lines the helper writes for one stream of one minibatch."""
+    """The text lines the helper writes for one stream of one minibatch (none for a minibatch without samples:
+    cntkio returns one when every sequence it reached was invalid and skipped)."""
+    if data.num_samples == 0:
+        return []
     samples = data.csr.toarray() if data.is_sparse else np.asarray(data.values).reshape(data.num_samples, -1)
     order = time_major_order(data.sequence_lengths.tolist())
     return [" ".join(map(format_value, samples[i].tolist())) for i in order]
@@ -105,7 +117,13 @@ def make_deserializer(case: Case, data_file: str, streams: Any, *, compat: bool 
 
 
 def run_reader_case(
-    case: Case, *, compat: bool = False, cntk_random_order: bool = False, randomize: bool = False
+    case: Case,
+    *,
+    compat: bool = False,
+    cntk_random_order: bool = False,
+    randomize: bool = False,
+    deserializers: Sequence[Deserializer] | None = None,
+    randomization_window_in_chunks: int = DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS,
 ) -> str:
     """The control-file text cntkio produces for a ``HelperRunReaderTest`` case.
 
@@ -117,19 +135,42 @@ def run_reader_case(
     cannot matter. ``cntk_random_order`` reads in CNTK's exact block-randomized order (``compat=True`` on
     the source, CNTK's default window of 128 chunks and the case's seed), for the RNG-dependent cases;
     ``randomize`` reads in cntkio's own randomized order (the case's seed).
+    ``deserializers`` replaces the ones built from the case's CTF/CBF fields (the image cases build their
+    own); ``randomization_window_in_chunks`` is the window the case's reader used.
     """
+    names = matrix_names(case["params"])
+    lines: list[str] = []
+    for minibatch in reader_case_minibatches(
+        case,
+        make_deserializers(case, compat=compat) if deserializers is None else deserializers,
+        cntk_random_order=cntk_random_order,
+        randomize=randomize,
+        randomization_window_in_chunks=randomization_window_in_chunks,
+    ):
+        for name in names:
+            lines += matrix_lines(minibatch[name])
+    return "".join(line + "\n" for line in lines)
+
+
+def reader_case_minibatches(
+    case: Case,
+    deserializers: Sequence[Deserializer],
+    *,
+    cntk_random_order: bool = False,
+    randomize: bool = False,
+    randomization_window_in_chunks: int = DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS,
+) -> Iterator[Any]:
+    """The minibatches ``HelperRunReaderTest`` writes, epoch after epoch (see :func:`run_reader_case`)."""
     params, config = case["params"], case["reader_config"]
-    deserializers = make_deserializers(case, compat=compat)
-    names = matrix_names(params)
     epoch_size = params["epoch_size"]
     partitions: dict[str, int] = {}
     if params["num_subsets"] > 1:
         partitions = {"num_data_partitions": params["num_subsets"], "partition_index": params["subset_index"]}
-    lines: list[str] = []
     for epoch in range(params["num_epochs"]):
         source = MinibatchSource(
-            deserializers,
+            list(deserializers),
             max_samples=(epoch + 1) * epoch_size,
+            randomization_window_in_chunks=randomization_window_in_chunks,
             randomize=cntk_random_order or randomize,
             compat=cntk_random_order,
             randomization_seed=config.get("randomizationSeed", 0),
@@ -143,11 +184,9 @@ def run_reader_case(
                 minibatch = source.next_minibatch(params["mb_size"], **partitions)
                 if not minibatch:
                     break
-                for name in names:
-                    lines += matrix_lines(minibatch[name])
+                yield minibatch
         finally:
             source.close()
-    return "".join(line + "\n" for line in lines)
 
 
 def write_generated_input(case: Case, folder: Path, content_suffix: str = "") -> Path:

@@ -110,6 +110,7 @@ class ImageDeserializerBase(IndexedDeserializer):
         self._labels = labels
         self._image_keys = keys
         shape = self.pipeline.output_shape()
+        self._fixed_shape = shape is not None
         if shape is None:
             shape = self._shape_of_first_image()
         self.image_shape = shape
@@ -188,17 +189,16 @@ class ImageDeserializerBase(IndexedDeserializer):
                 invalid[first : first + views] = UNUSABLE
                 values[first : first + views] = 0  # never delivered (skipped), but defined
                 continue
+            if not self._fixed_shape and self.pipeline.output_shape(decoded.shape) != self.image_shape:
+                raise FormatError(
+                    f"image of {decoded.shape[1]}x{decoded.shape[0]} pixels gives samples of shape "
+                    f"{self.pipeline.output_shape(decoded.shape)}, not the stream's {self.image_shape}: without a "
+                    "scale transform every image must have the same size",
+                    location,
+                )
             key = key_hash(location.sequence_key if location.sequence_key is not None else image)
             for view in range(views):
-                draws = RandomDraws((self.seed, sweep, key, view))
-                try:
-                    self.pipeline.run(decoded, draws, view, out=values[first + view])
-                except ValueError as error:  # another size than the stream's (no scale transform)
-                    raise FormatError(
-                        f"image of shape {decoded.shape} gives {error}; every image must have the stream's shape "
-                        f"{self.image_shape} (add a scale transform)",
-                        location,
-                    ) from None
+                self.pipeline.run(decoded, RandomDraws((self.seed, sweep, key, view)), view, out=values[first + view])
         offsets = np.arange(count + 1, dtype=np.int64)
         result = ParsedChunk({self._config.image_name: DenseStream(values, offsets)}, invalid=invalid)
         if self._config.label_name is not None:
