@@ -14,6 +14,7 @@
 #include <tuple>
 
 #include "assemble.hpp"
+#include "buffer_pool.hpp"
 #include "cbf.hpp"
 #include "ctf.hpp"
 #include "file_io.hpp"
@@ -202,6 +203,24 @@ nb::tuple compat_order(const std::vector<int64_t>& units_per_chunk, const std::v
   }
   return nb::make_tuple(to_numpy(std::move(r.units)), to_numpy(std::move(r.chunk_order)),
                         to_numpy(std::move(r.window_begin)), to_numpy(std::move(r.window_end)));
+}
+
+// `bytes` of uninitialised memory as a uint8 array, returned to the pool of reusable buffers when NumPy frees it.
+nb::ndarray<nb::numpy, uint8_t> reusable_buffer(int64_t bytes) {
+  if (bytes < 0) throw nb::value_error("bytes must be >= 0");
+  void* block = pool::take(static_cast<size_t>(bytes));
+  struct Owned {
+    void* block;
+    size_t bytes;
+  };
+  auto* owned = new Owned{block, static_cast<size_t>(bytes)};
+  nb::capsule owner(owned, [](void* p) noexcept {
+    auto* o = static_cast<Owned*>(p);
+    pool::give(o->block, o->bytes);
+    delete o;
+  });
+  const size_t shape[1] = {static_cast<size_t>(bytes)};
+  return nb::ndarray<nb::numpy, uint8_t>(block, 1, shape, owner);
 }
 
 nb::ndarray<nb::numpy, int64_t> stable_argsort(nb::ndarray<const double, nb::ndim<1>, nb::c_contig, nb::device::cpu> keys) {
@@ -739,6 +758,8 @@ NB_MODULE(_native, m) {
   m.def("compat_block_order", &compat_order, "units_per_chunk"_a, "samples_per_chunk"_a, "window"_a,
         "sample_window"_a, "seed"_a,
         "CNTK's BlockRandomizer order of one sweep (MT19937-64): (units, chunk_order, window_begin, window_end).");
+  m.def("reusable_buffer", &reusable_buffer, "bytes"_a,
+        "Uninitialised bytes (uint8 array) from a pool of buffers that chunks give back when they are freed.");
   m.def("stable_argsort", &stable_argsort, "keys"_a,
         "The permutation sorting float64 keys, equal keys in their order (argsort(kind='stable')), by radix sort.");
   nb::class_<ChunkStore>(m, "ChunkStore")

@@ -14,12 +14,14 @@ An image that cannot be decoded (or whose base64 is invalid) is an invalid seque
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from .. import _native
 from ..deserializer import DenseStream, IndexedDeserializer, ParsedChunk, SequenceIndex, SparseStream
 from ..errors import ConfigError, ErrorBudget, FormatError, Location
 from ..keys import KeyColumn, ObjectKeys
@@ -178,7 +180,9 @@ class ImageDeserializerBase(IndexedDeserializer):
         a, b = self._chunk_range(chunk_id)  # sequences (views of images)
         views = self._views
         count = b - a
-        values = np.empty((count, *self.image_shape), dtype=self.pipeline.dtype)  # every row is written below
+        dtype = self.pipeline.dtype  # every row is written below, into a buffer an earlier chunk gave back
+        values = _native.reusable_buffer(count * math.prod(self.image_shape) * dtype.itemsize).view(dtype)
+        values = values.reshape(count, *self.image_shape)
         invalid = np.zeros(count, dtype=np.uint8)
         for first in range(0, count, views):
             image = (a + first) // views
