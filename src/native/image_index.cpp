@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "file_io.hpp"
+#include "text_intern.hpp"
 
 namespace cntkio::image {
 
@@ -168,80 +169,6 @@ bool numeric_key(std::string_view key, uint64_t& value) {
   }
   return true;
 }
-
-// ------------------------------------------------------------------------------------------------ interning
-
-uint64_t text_hash(std::string_view text) {
-  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
-  size_t n = text.size();
-  uint64_t h = 0x243f6a8885a308d3ULL ^ (static_cast<uint64_t>(n) * 0x9e3779b97f4a7c15ULL);
-  for (; n >= 8; p += 8, n -= 8) {
-    uint64_t word;
-    std::memcpy(&word, p, 8);
-    h = (h ^ word) * 0x9fb21c651e98df25ULL;
-    h ^= h >> 31;
-  }
-  uint64_t rest = 0;
-  std::memcpy(&rest, p, n);
-  h = (h ^ rest ^ (static_cast<uint64_t>(n) << 59)) * 0xd6e8feb86659fd93ULL;
-  h ^= h >> 32;
-  h *= 0x9fb21c651e98df25ULL;
-  h ^= h >> 29;
-  return h;
-}
-
-// Distinct texts in a blob + offsets (owned by the caller), numbered in first-seen order. A slot holds the high 32
-// bits of the text's hash and id + 1 (0: empty), so that most probes that do not match cost no further memory
-// access; the table is at most half full. The full hashes are kept per id for growing.
-class Interner {
- public:
-  Interner(std::vector<uint8_t>& blob, std::vector<int64_t>& offsets) : blob_(blob), offsets_(offsets) {}
-
-  std::string_view text(int32_t id) const {
-    const int64_t b = offsets_[static_cast<size_t>(id)], e = offsets_[static_cast<size_t>(id) + 1];
-    return {reinterpret_cast<const char*>(blob_.data()) + b, static_cast<size_t>(e - b)};
-  }
-
-  int32_t intern(std::string_view t) {
-    if (last_ >= 0 && text(last_) == t) return last_;  // consecutive lines often share an archive
-    const uint64_t h = text_hash(t);
-    if ((hashes_.size() + 1) * 2 > slots_.size()) grow();
-    const uint64_t tag = h & 0xffffffff00000000ULL;
-    const size_t mask = slots_.size() - 1;
-    for (size_t i = static_cast<size_t>(h) & mask;; i = (i + 1) & mask) {
-      const uint64_t slot = slots_[i];
-      if (slot == 0) {
-        const auto id = static_cast<int32_t>(hashes_.size());
-        slots_[i] = tag | (static_cast<uint64_t>(id) + 1);
-        hashes_.push_back(h);
-        blob_.insert(blob_.end(), t.begin(), t.end());
-        offsets_.push_back(static_cast<int64_t>(blob_.size()));
-        return last_ = id;
-      }
-      if ((slot & 0xffffffff00000000ULL) != tag) continue;
-      const auto id = static_cast<int32_t>((slot & 0xffffffffULL) - 1);
-      if (text(id) == t) return last_ = id;
-    }
-  }
-
- private:
-  void grow() {
-    std::vector<uint64_t> slots(std::max<size_t>(slots_.size() * 2, 256), 0);
-    const size_t mask = slots.size() - 1;
-    for (size_t id = 0; id < hashes_.size(); ++id) {
-      size_t i = static_cast<size_t>(hashes_[id]) & mask;
-      while (slots[i] != 0) i = (i + 1) & mask;
-      slots[i] = (hashes_[id] & 0xffffffff00000000ULL) | (static_cast<uint64_t>(id) + 1);
-    }
-    slots_.swap(slots);
-  }
-
-  std::vector<uint8_t>& blob_;
-  std::vector<int64_t>& offsets_;
-  std::vector<uint64_t> slots_;
-  std::vector<uint64_t> hashes_;
-  int32_t last_ = -1;
-};
 
 template <class T>
 void trim(std::vector<T>& column) {

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "file_io.hpp"
+#include "text_intern.hpp"
 
 namespace cntkio::scp {
 
@@ -17,90 +18,6 @@ namespace {
 constexpr int64_t kMaxRows = INT32_MAX - 1;  // entries, lines and paths are int32 columns
 constexpr std::string_view kDots = "...";
 constexpr size_t kPartitionRows = 4096;  // entries per partition when duplicate keys are looked for
-
-// A 64-bit hash of a byte string (8 bytes at a time, then a final mix).
-uint64_t hash_bytes(std::string_view text) {
-  const char* p = text.data();
-  size_t n = text.size();
-  uint64_t h = 0x9e3779b97f4a7c15ULL ^ (static_cast<uint64_t>(n) * 0xbf58476d1ce4e5b9ULL);
-  while (n >= 8) {
-    uint64_t word;
-    std::memcpy(&word, p, 8);
-    h = (h ^ word) * 0xff51afd7ed558ccdULL;
-    h ^= h >> 29;
-    p += 8;
-    n -= 8;
-  }
-  uint64_t tail = 0;  // the last 0-7 bytes, read without a call to memcpy
-  if (n >= 4) {
-    uint32_t a, b;
-    std::memcpy(&a, p, 4);
-    std::memcpy(&b, p + n - 4, 4);
-    tail = (static_cast<uint64_t>(a) << 32) | b;
-  } else if (n > 0) {
-    tail = (static_cast<uint64_t>(static_cast<unsigned char>(p[0])) << 16) |
-           (static_cast<uint64_t>(static_cast<unsigned char>(p[n / 2])) << 8) | static_cast<unsigned char>(p[n - 1]);
-  }
-  h = (h ^ tail) * 0xc4ceb9fe1a85ec53ULL;
-  h ^= h >> 32;
-  h *= 0xff51afd7ed558ccdULL;
-  h ^= h >> 33;
-  return h;
-}
-
-// Distinct texts, numbered in insertion order. The texts themselves are kept by the caller, which says
-// where text `id` is through `text_of(id)`. A slot holds the hash's high 32 bits and id + 1 (0: empty);
-// the table is at most half full.
-class Interner {
- public:
-  // The id of `text` (whose hash_bytes is `hash`), or `next` (and `inserted` true) when it was not there.
-  template <class TextOf>
-  uint32_t find_or_insert(std::string_view text, uint64_t hash, uint32_t next, const TextOf& text_of, bool& inserted) {
-    if ((count_ + 1) * 2 > slots_.size()) grow(std::max<size_t>(slots_.size() * 2, 1024), text_of);
-    const uint64_t tag = hash >> 32;
-    const size_t mask = slots_.size() - 1;
-    for (size_t i = static_cast<size_t>(hash) & mask;; i = (i + 1) & mask) {
-      const uint64_t slot = slots_[i];
-      if (slot == 0) {
-        slots_[i] = (tag << 32) | (static_cast<uint64_t>(next) + 1);
-        ++count_;
-        inserted = true;
-        return next;
-      }
-      if ((slot >> 32) == tag) {
-        const auto id = static_cast<uint32_t>((slot & 0xffffffffULL) - 1);
-        if (text_of(id) == text) {
-          inserted = false;
-          return id;
-        }
-      }
-    }
-  }
-
-  void clear() {
-    std::vector<uint64_t>().swap(slots_);
-    count_ = 0;
-  }
-
- private:
-  template <class TextOf>
-  void grow(size_t size, const TextOf& text_of) {
-    std::vector<uint64_t> old(size, 0);
-    old.swap(slots_);
-    const size_t mask = slots_.size() - 1;
-    for (const uint64_t slot : old) {
-      if (slot == 0) continue;
-      const auto id = static_cast<uint32_t>((slot & 0xffffffffULL) - 1);
-      const uint64_t h = hash_bytes(text_of(id));
-      size_t i = static_cast<size_t>(h) & mask;
-      while (slots_[i] != 0) i = (i + 1) & mask;
-      slots_[i] = ((h >> 32) << 32) | (slot & 0xffffffffULL);
-    }
-  }
-
-  std::vector<uint64_t> slots_;
-  size_t count_ = 0;
-};
 
 inline bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
@@ -195,8 +112,7 @@ struct Parser::State {
   int32_t source = 0;
   bool failed = false;
 
-  Interner paths;
-  uint32_t last_path = UINT32_MAX;          // the path of the previous entry (often the same archive)
+  Interner paths{r.path_blob, r.path_offsets};  // remembers the previous entry's path (often the same archive)
   std::string logical_text, physical_text;  // a logical name / physical path with "..." or the prefix
 
   std::vector<char> buffer;
@@ -204,11 +120,6 @@ struct Parser::State {
   std::string_view key_of(size_t row) const {
     const auto b = r.key_offsets[row], e = r.key_offsets[row + 1];
     return {reinterpret_cast<const char*>(r.key_blob.data()) + b, static_cast<size_t>(e - b)};
-  }
-
-  std::string_view path_text(uint32_t id) const {
-    const auto b = r.path_offsets[id], e = r.path_offsets[id + 1];
-    return {reinterpret_cast<const char*>(r.path_blob.data()) + b, static_cast<size_t>(e - b)};
   }
 
   bool fail(std::string message, int64_t offset, int64_t line, int64_t column) {
@@ -306,19 +217,10 @@ struct Parser::State {
 
   void add_entry(std::string_view key, std::string_view physical, int64_t start, int64_t end, int64_t line,
                  int64_t offset) {
-    if (last_path == UINT32_MAX || path_text(last_path) != physical) {
-      bool inserted = false;
-      const auto next = static_cast<uint32_t>(r.path_offsets.size() - 1);
-      last_path = paths.find_or_insert(
-          physical, hash_bytes(physical), next, [this](uint32_t id) { return path_text(id); }, inserted);
-      if (inserted) {
-        r.path_blob.insert(r.path_blob.end(), physical.begin(), physical.end());
-        r.path_offsets.push_back(static_cast<int64_t>(r.path_blob.size()));
-      }
-    }
+    const int32_t path = paths.intern(physical);
     r.key_blob.insert(r.key_blob.end(), key.begin(), key.end());
     r.key_offsets.push_back(static_cast<int64_t>(r.key_blob.size()));
-    r.path_ids.push_back(static_cast<int32_t>(last_path));
+    r.path_ids.push_back(path);
     r.starts.push_back(start);
     r.ends.push_back(end);
     r.lines.push_back(static_cast<int32_t>(line));
@@ -379,7 +281,7 @@ struct Parser::State {
     std::vector<uint64_t> hashes(rows);
     std::vector<size_t> begin(parts + 1, 0);
     for (size_t i = 0; i < rows; ++i) {
-      hashes[i] = hash_bytes(key_of(i));
+      hashes[i] = hash_text(key_of(i));
       ++begin[part_of(hashes[i]) + 1];
     }
     for (size_t p = 0; p < parts; ++p) begin[p + 1] += begin[p];
@@ -487,7 +389,6 @@ struct Parser::State {
     Result out = std::move(r);
     r = Result();
     source = 0;
-    last_path = UINT32_MAX;
     return out;
   }
 };
