@@ -89,6 +89,7 @@ class SweepOrder:
             self._keys: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # rank -> sorted keys and their units
             # (next block, ranks opened, keys >= its lower bound of the opened ranks, their units): see _shuffled_block
             self._frontier: tuple[int, int, np.ndarray, np.ndarray] | None = None
+            self._lowest_rank = 0  # no rank below it is in _keys
         self.chunk_rank = np.empty(count, dtype=np.int64)
         self.chunk_rank[self.chunk_order] = np.arange(count, dtype=np.int64)
 
@@ -133,8 +134,9 @@ class SweepOrder:
         *frontier*): block k opens the chunks starting at its lower bound, merges their keys in and cuts off those
         below its upper bound. Another block than the next is rebuilt from its chunks."""
         lo, hi = self._ranks(k)
-        for rank in [r for r in self._keys if r < lo]:
-            del self._keys[rank]  # no later block needs these chunks
+        for rank in range(self._lowest_rank, lo):  # no later block needs these chunks
+            self._keys.pop(rank, None)
+        self._lowest_rank = max(self._lowest_rank, lo)
         low, high = self._bounds[k], self._bounds[k + 1]
         if self._frontier is None or self._frontier[0] != k:
             keys, units = [], []
@@ -180,6 +182,7 @@ class SweepOrder:
             order = _native.stable_argsort(keys)  # = np.argsort(keys, kind="stable"), by radix sort
             cached = (keys[order], self.corpus.unit_starts[chunk] + order)
             self._keys[rank] = cached
+            self._lowest_rank = min(self._lowest_rank, rank)
         return cached
 
     def owners(self, block: Block, positions: np.ndarray, partitions: int) -> np.ndarray:
