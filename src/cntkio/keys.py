@@ -191,6 +191,15 @@ class TextKeys(KeyColumn):
     def slice(self, start: int, stop: int) -> TextKeys:
         return TextKeys(self.blob, self.offsets[start : stop + 1])
 
+    def subset(self, rows: np.ndarray) -> TextKeys:
+        """The keys of ``rows`` (in that order, repeats allowed) as a new column, without a string per key."""
+        rows = np.asarray(rows, dtype=np.int64)
+        lengths = np.diff(self.offsets)[rows]
+        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        positions = np.repeat(self.offsets[rows] - offsets[:-1], lengths) + np.arange(int(offsets[-1]), dtype=np.int64)
+        return TextKeys(self.blob[positions], offsets)
+
     @property
     def is_text(self) -> bool:
         return True

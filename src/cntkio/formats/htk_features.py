@@ -28,7 +28,6 @@ from ..arrays import narrow_lengths
 from ..deserializer import DenseStream, DeserializerGroup, IndexedDeserializer, ParsedChunk, SequenceIndex
 from ..errors import ConfigError, ErrorBudget, FormatError, Location
 from ..htk import HTKHeader, read_header_at
-from ..keys import TextKeys
 from ..streams import StreamDefs, StreamInformation, iter_stream_defs, parse_precision
 from .data_file import DataFile, rebuild_unchanged
 from .scp import ScpIndex, parse_scp
@@ -411,7 +410,7 @@ class HTKFeatureDeserializer(IndexedDeserializer):
         self._file_ids = _narrow(file_ids[kept])
         self._starts = _narrow(starts[kept])
         lengths = lengths[kept]
-        keys = scp.keys if len(kept) == count else _take_text_keys(scp.keys, kept)
+        keys = scp.keys if len(kept) == count else scp.keys.subset(kept)
         self._index = SequenceIndex(_chunk_starts(lengths, self.chunk_frames), narrow_lengths(lengths), keys)
 
     def _open(self, path: str) -> tuple[DataFile, HTKHeader]:
@@ -599,16 +598,6 @@ def _narrow(values: np.ndarray) -> np.ndarray:
     if not len(values) or int(values.max()) < 2**31:
         return values.astype(np.int32)
     return values
-
-
-def _take_text_keys(keys: TextKeys, rows: np.ndarray) -> TextKeys:
-    """The keys of ``rows`` (sorted), without building a string per key."""
-    key_lengths = np.diff(keys.offsets)[rows]
-    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
-    np.cumsum(key_lengths, out=offsets[1:])
-    starts = keys.offsets[rows]
-    positions = np.repeat(starts - offsets[:-1], key_lengths) + np.arange(int(offsets[-1]), dtype=np.int64)
-    return TextKeys(keys.blob[positions], offsets)
 
 
 def _file_fingerprint(path: str) -> list[Any]:

@@ -24,7 +24,7 @@ import numpy as np
 from .. import _native
 from ..deserializer import DenseStream, IndexedDeserializer, ParsedChunk, SequenceIndex, SparseStream
 from ..errors import ConfigError, ErrorBudget, FormatError, Location
-from ..keys import KeyColumn, ObjectKeys
+from ..keys import KeyColumn, ObjectKeys, TextKeys
 from ..streams import StreamInformation, iter_stream_defs, parse_precision
 from .data_file import DataFile, rebuild_unchanged
 from .image_map import (
@@ -262,15 +262,11 @@ class _ViewKeys(KeyColumn):
         return self.keys.is_text
 
     def native(self) -> tuple[int, np.ndarray, np.ndarray | None]:
-        kind, values, offsets = self.keys.native()
         rows = np.repeat(np.arange(len(self.keys), dtype=np.int64), self.views)
-        if offsets is None:
-            return kind, np.ascontiguousarray(values[rows]), None
-        lengths = np.diff(offsets)[rows]
-        new_offsets = np.zeros(len(rows) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=new_offsets[1:])
-        positions = np.repeat(offsets[rows] - new_offsets[:-1], lengths) + np.arange(int(new_offsets[-1]))
-        return kind, np.ascontiguousarray(values[positions]), new_offsets
+        if isinstance(self.keys, TextKeys):
+            return self.keys.subset(rows).native()
+        kind, values, _ = self.keys.native()
+        return kind, np.ascontiguousarray(values[rows]), None
 
 
 _OUTPUT_OPTIONS = """

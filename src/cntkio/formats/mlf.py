@@ -301,13 +301,9 @@ def _drop_duplicates(index: MlfIndex) -> MlfIndex:
     index.duplicate_keys = index.keys.take(duplicate_rows[:MAX_REPORTED_KEYS])
     runs_per_entry = np.diff(index.run_offsets)
     keep_runs = np.repeat(keep, runs_per_entry)
-    key_lengths = np.diff(index.keys.offsets)
-    keep_bytes = np.repeat(keep, key_lengths)
-    new_key_offsets = np.zeros(int(keep.sum()) + 1, dtype=np.int64)
-    np.cumsum(key_lengths[keep], out=new_key_offsets[1:])
-    new_run_offsets = np.zeros(len(new_key_offsets), dtype=np.int64)
+    new_run_offsets = np.zeros(int(keep.sum()) + 1, dtype=np.int64)
     np.cumsum(runs_per_entry[keep], out=new_run_offsets[1:])
-    index.keys = TextKeys(index.keys.blob[keep_bytes], new_key_offsets)
+    index.keys = index.keys.subset(np.flatnonzero(keep))
     index.run_offsets = new_run_offsets
     index.run_states = index.run_states[keep_runs]
     index.run_counts = index.run_counts[keep_runs]
