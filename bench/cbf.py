@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import argparse
 import filecmp
-import json
 import os
 import sys
 import time
@@ -63,9 +62,9 @@ import cntkio._native
 import cntkio.convert
 from cntkio import CBFDeserializer, CTFDeserializer, MinibatchSource, SparseStream, StreamInformation, write_cbf
 from cntkio.user import UserDeserializer
-from core import KINDS, MINIBATCH, SEED, Report, Totals, cpu_seconds, median, peak_rss, relative, stream_defs
+from core import KINDS, MINIBATCH, SEED, Report, Totals, cpu_seconds, median, relative, stream_defs
 from ctf_parse import _table, kit_dir, load_anchors
-from harness import Job, Rounds, run
+from harness import Job, Rounds, parser, run, run_child
 
 GBPS_BAR = 1.5  # CBF -> NumPy, GB/s of CBF file bytes
 RAW_BAR = 5.0  # CBF -> NumPy / CTF raw parse
@@ -632,18 +631,10 @@ def user_section(s: Summary) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__, CHILDREN, "--mb 2 and one round")
     ap.add_argument("--mb", type=float, default=200.0, help="size of each kit CTF file in MiB (gen.py)")
-    ap.add_argument("--runs", type=int, default=3, help="rounds; every measurement runs once per round")
-    ap.add_argument("--data", default=os.environ.get("BENCH_DATA", "bench-data"), help="data directory")
-    ap.add_argument("--json", help="write every run and the summary here")
-    ap.add_argument("--smoke", action="store_true", help="--mb 2 and one round: a sanity check")
-    ap.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
-    ap.add_argument("--spec", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.child:
-        result = CHILDREN[args.child](json.loads(args.spec))
-        print(json.dumps({**result, "peak_rss_mb": peak_rss() / 2**20}))
+    if run_child(args, CHILDREN):
         return 0
     if args.smoke:
         args.mb, args.runs = 2.0, 1
@@ -667,16 +658,7 @@ def main(argv: list[str] | None = None) -> int:
     convert_section(summary)
     user_section(summary)
     report.section("## Bars", _table(("bar", "file", "value", "target", "verdict"), summary.bars))
-    report.lines.append("checks: " + ("all ok" if report.ok else "NOT OK (see the check columns)"))
-    text = "\n".join(report.lines)
-    print()
-    print(text)
-    if args.json:
-        options = {k: v for k, v in vars(args).items() if k not in ("child", "spec")}
-        numbers = {"files": files, "medians": summary.numbers, "bars": summary.bars}
-        document = {"args": options, "runs": results, "summary": {"text": text, **numbers}}
-        Path(args.json).write_text(json.dumps(document, indent=1))
-    return 0 if report.ok else 1
+    return report.finish(args, results, {"files": files, "medians": summary.numbers, "bars": summary.bars})
 
 
 if __name__ == "__main__":

@@ -54,7 +54,6 @@ import argparse
 import contextlib
 import ctypes
 import gc
-import json
 import math
 import os
 import statistics
@@ -79,7 +78,7 @@ from cntkio import (
 )
 from core import Report, cpu_seconds, reset_peak_rss
 from ctf_parse import REPO_ROOT, _table
-from harness import Job, Rounds
+from harness import Job, Rounds, parser, run_child
 
 ATIS_STREAMS = (("S0", 943), ("S1", 26), ("S2", 129))  # all sparse
 ATIS_MINIBATCHES = (1024, 64)
@@ -695,20 +694,12 @@ def join_section(report: Report, args: argparse.Namespace, results: Results) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=3, help="rounds; every measurement runs once per round")
+    ap = parser(__doc__, CHILDREN, "one round, 1 sweep, 10^5 keys")
     ap.add_argument("--atis-sweeps", type=int, default=100, help="sweeps over ATIS train")
     ap.add_argument("--join-keys", type=int, default=10**6, help="sequences (keys) of each join case")
     ap.add_argument("--atis", default=str(REPO_ROOT.parent / "shared" / "datasets" / "atis" / "atis.train.ctf"))
-    ap.add_argument("--data", default=os.environ.get("BENCH_DATA", "bench-data"), help="data directory")
-    ap.add_argument("--json", help="write every run and the summary here")
-    ap.add_argument("--smoke", action="store_true", help="one round, 1 sweep, 10^5 keys: a sanity check")
-    ap.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
-    ap.add_argument("--spec", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.child:
-        result = CHILDREN[args.child](json.loads(args.spec))
-        print(json.dumps({**result, "peak_rss_mb": proc_status("VmHWM") / 2**20}))
+    if run_child(args, CHILDREN):
         return 0
     if args.smoke:
         args.runs, args.atis_sweeps, args.join_keys = 1, 1, 10**5
@@ -734,15 +725,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     atis_section(report, args, split, results)
     join_section(report, args, results)
-    report.lines.append("checks: " + ("all ok" if report.ok else "NOT OK (see the check columns)"))
-    text = "\n".join(report.lines)
-    print()
-    print(text)
-    if args.json:
-        options = {k: v for k, v in vars(args).items() if k not in ("child", "spec")}
-        document = {"args": options, "runs": results, "summary": {"text": text, **report.numbers}}
-        Path(args.json).write_text(json.dumps(document, indent=1))
-    return 0 if report.ok else 1
+    return report.finish(args, results)
 
 
 if __name__ == "__main__":

@@ -61,6 +61,7 @@ from cntkio import (
     StreamInformation,
 )
 from ctf_parse import REPO_ROOT, _table, kit_dir, load_anchors
+from harness import parser, peak_rss, run_child
 
 KINDS = ("dense", "sparse", "seq")
 CONFIGS = ("raw", "file order", "randomized", "CNTK")
@@ -112,13 +113,6 @@ def reset_peak_rss() -> None:
     """Restarts this process's peak-RSS mark (VmHWM) at its current RSS (Linux >= 4.0)."""
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
-
-
-def peak_rss() -> int:
-    """Peak resident bytes of this process (VmHWM). Not ru_maxrss: a child's ru_maxrss starts at its parent's peak,
-    which it inherits across fork + exec."""
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
 
 
 def stream_defs(kind: str) -> Any:
@@ -419,6 +413,26 @@ class Report:
             self.lines += ["", table]
         self.lines.append("")
 
+    def finish(
+        self,
+        args: argparse.Namespace,
+        results: Any,
+        numbers: dict[str, Any] | None = None,
+        **extra: Any,
+    ) -> int:
+        """Ends the report with the checks line, prints it, writes ``--json`` (the options, ``extra`` entries, every
+        run and the summary: the text and ``numbers``, by default :attr:`numbers`); the exit code."""
+        self.lines.append("checks: " + ("all ok" if self.ok else "NOT OK (see the check columns)"))
+        text = "\n".join(self.lines)
+        print()
+        print(text)
+        if args.json:
+            options = {k: v for k, v in vars(args).items() if k not in ("child", "spec")}
+            summary = {"text": text, **(self.numbers if numbers is None else numbers)}
+            document = {"args": options, **extra, "runs": results, "summary": summary}
+            Path(args.json).write_text(json.dumps(document, indent=1))
+        return 0 if self.ok else 1
+
 
 def throughput_problems(kind: str, config: str, results: Results, meta: dict[str, Any]) -> list[str]:
     """Every run's count and sum(|v|) against cntkio raw (run 1), the generator's metadata and CNTK."""
@@ -606,23 +620,15 @@ def scale_section(report: Report, args: argparse.Namespace, files: dict[str, Any
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__, CHILDREN, "tiny sizes and one round")
     ap.add_argument("--mb", type=float, default=200.0, help="size of each kit CTF file in MiB (gen.py)")
-    ap.add_argument("--runs", type=int, default=3, help="rounds; every measurement runs once per round")
     ap.add_argument("--atis-sweeps", type=int, default=20, help="sweeps over ATIS train")
     ap.add_argument("--frames", type=int, default=10**8, help="frames of the synthetic frame-mode plug-in")
     ap.add_argument("--mem-sequences", type=int, default=2 * 10**6, help="sequences of the memory file")
     ap.add_argument("--index-sequences", type=int, default=10**6, help="sequences of the indexing file")
     ap.add_argument("--atis", default=str(REPO_ROOT.parent / "shared" / "datasets" / "atis" / "atis.train.ctf"))
-    ap.add_argument("--data", default=os.environ.get("BENCH_DATA", "bench-data"), help="data directory")
-    ap.add_argument("--json", help="write every run and the summary here")
-    ap.add_argument("--smoke", action="store_true", help="tiny sizes and one round: a sanity check")
-    ap.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
-    ap.add_argument("--spec", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.child:
-        result = CHILDREN[args.child](json.loads(args.spec))
-        print(json.dumps({**result, "peak_rss_mb": peak_rss() / 2**20}))
+    if run_child(args, CHILDREN):
         return 0
     if args.smoke:
         args.mb, args.runs, args.atis_sweeps = 2.0, 1, 2
@@ -651,15 +657,7 @@ def main(argv: list[str] | None = None) -> int:
     throughput_section(report, files, results)
     atis_section(report, args, files, results)
     scale_section(report, args, files, results)
-    report.lines.append("checks: " + ("all ok" if report.ok else "NOT OK (see the check columns)"))
-    text = "\n".join(report.lines)
-    print()
-    print(text)
-    if args.json:
-        options = {k: v for k, v in vars(args).items() if k not in ("child", "spec")}
-        document = {"args": options, "runs": results, "summary": {"text": text, **report.numbers}}
-        Path(args.json).write_text(json.dumps(document, indent=1))
-    return 0 if report.ok else 1
+    return report.finish(args, results)
 
 
 if __name__ == "__main__":

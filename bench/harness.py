@@ -4,13 +4,17 @@ one measurement out of the next."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+Child = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -60,3 +64,33 @@ class Rounds:
             f"# {title}  {time.strftime('%Y-%m-%d %H:%M')}  runs={self.runs}  nproc={os.cpu_count()}  "
             f"load avg (1 min) before/after: {self.load_before:.2f}/{os.getloadavg()[0]:.2f}"
         )
+
+
+def peak_rss() -> int:
+    """Peak resident bytes of this process (VmHWM). Not ru_maxrss: a child's ru_maxrss starts at its parent's peak,
+    which it inherits across fork + exec."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+
+
+def parser(description: str | None, children: Mapping[str, Child], smoke: str) -> argparse.ArgumentParser:
+    """The options of every bench script: ``--runs``, ``--data``, ``--json``, ``--smoke`` (``smoke`` says what it
+    shrinks) and the hidden ``--child``/``--spec`` a script's children run with; the script adds its own."""
+    ap = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=3, help="rounds; every measurement runs once per round")
+    ap.add_argument("--data", default=os.environ.get("BENCH_DATA", "bench-data"), help="data directory")
+    ap.add_argument("--json", help="write every run and the summary here")
+    ap.add_argument("--smoke", action="store_true", help=f"{smoke}: a sanity check")
+    ap.add_argument("--child", choices=sorted(children), help=argparse.SUPPRESS)
+    ap.add_argument("--spec", help=argparse.SUPPRESS)
+    return ap
+
+
+def run_child(args: argparse.Namespace, children: Mapping[str, Child]) -> bool:
+    """In a child process (``--child``): runs the measurement and prints its result, with the process's peak RSS,
+    as the JSON line :func:`run` reads; returns whether this was a child."""
+    if not args.child:
+        return False
+    result = children[args.child](json.loads(args.spec))
+    print(json.dumps({**result, "peak_rss_mb": peak_rss() / 2**20}))
+    return True

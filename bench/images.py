@@ -74,7 +74,7 @@ from cntkio import transforms as T
 from composite import failures, proc_status, release_free_memory
 from core import Report, Results, cpu_seconds, reset_peak_rss
 from ctf_parse import _table
-from harness import Job, Rounds
+from harness import Job, Rounds, parser, run_child
 
 SIDE = 256  # generated images are SIDE x SIDE
 CROP = 224
@@ -613,20 +613,12 @@ def checks_section(report: Report, meta: dict[str, Any], results: Results) -> No
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=3, help="rounds; every measurement runs once per round")
+    ap = parser(__doc__, CHILDREN, "200 images and one round")
     ap.add_argument("--images", type=int, default=3000, help="JPEGs generated (once) and read")
     ap.add_argument("--window", type=int, default=1000, help="cntkio's randomization window in images")
     ap.add_argument("--stage-images", type=int, default=500, help="images of the per-stage measurement")
-    ap.add_argument("--data", default=os.environ.get("BENCH_DATA", "bench-data"), help="data directory")
-    ap.add_argument("--json", help="write every run and the summary here")
-    ap.add_argument("--smoke", action="store_true", help="200 images and one round: a sanity check")
-    ap.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
-    ap.add_argument("--spec", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.child:
-        result = CHILDREN[args.child](json.loads(args.spec))
-        print(json.dumps({**result, "peak_rss_mb": proc_status("VmHWM") / MIB}))
+    if run_child(args, CHILDREN):
         return 0
     if args.smoke:
         args.runs, args.images, args.window, args.stage_images = 1, 200, 100, 200
@@ -650,15 +642,7 @@ def main(argv: list[str] | None = None) -> int:
     stages_section(report, meta, results)
     memory_section(report, args, results)
     checks_section(report, meta, results)
-    report.lines.append("checks: " + ("all ok" if report.ok else "NOT OK (see the check columns)"))
-    text = "\n".join(report.lines)
-    print()
-    print(text)
-    if args.json:
-        options = {k: v for k, v in vars(args).items() if k not in ("child", "spec")}
-        document = {"args": options, "data": meta, "runs": results, "summary": {"text": text, **report.numbers}}
-        Path(args.json).write_text(json.dumps(document, indent=1))
-    return 0 if report.ok else 1
+    return report.finish(args, results, data=meta)
 
 
 if __name__ == "__main__":

@@ -67,7 +67,7 @@ from cntkio.htk import ScpEntry, write_archive, write_scp
 from composite import Results, failures, median, proc_status, relative, release_free_memory
 from core import Report, cpu_seconds, reset_peak_rss
 from ctf_parse import _table
-from harness import Job, Rounds
+from harness import Job, Rounds, parser, run_child
 
 DIM = 40
 NUM_STATES = 3000
@@ -96,10 +96,9 @@ def label_defs(mlf: str) -> Any:
     return StreamDefs(labels=StreamDef(shape=NUM_STATES, mlf=mlf))
 
 
-def open_source(spec: dict[str, Any]) -> tuple[Any, Any, MinibatchSource]:
-    features = HTKFeatureDeserializer(feature_defs(spec["scp"]), trace_level=0)
-    labels = HTKMLFDeserializer(spec["states"], label_defs(spec["mlf"]), trace_level=0)
-    source = MinibatchSource(
+def frame_source(spec: dict[str, Any], features: Any, labels: Any) -> MinibatchSource:
+    """The randomized frame-mode source every measurement reads."""
+    return MinibatchSource(
         [features, labels],
         frame_mode=True,
         randomization_window_in_chunks=0,
@@ -107,7 +106,12 @@ def open_source(spec: dict[str, Any]) -> tuple[Any, Any, MinibatchSource]:
         randomization_seed=SEED,
         max_sweeps=1,
     )
-    return features, labels, source
+
+
+def open_source(spec: dict[str, Any]) -> tuple[Any, Any, MinibatchSource]:
+    features = HTKFeatureDeserializer(feature_defs(spec["scp"]), trace_level=0)
+    labels = HTKMLFDeserializer(spec["states"], label_defs(spec["mlf"]), trace_level=0)
+    return features, labels, frame_source(spec, features, labels)
 
 
 # ------------------------------------------------------------------------------------------- children
@@ -210,14 +214,7 @@ def child_index(spec: dict[str, Any]) -> dict[str, Any]:
     labels = HTKMLFDeserializer(spec["states"], label_defs(spec["mlf"]), trace_level=0)
     step("labels", t0, cpu0)
     cpu0, t0 = cpu_seconds(), time.perf_counter()
-    source = MinibatchSource(
-        [features, labels],
-        frame_mode=True,
-        randomization_window_in_chunks=0,
-        randomization_window_in_samples=spec["window"],
-        randomization_seed=SEED,
-        max_sweeps=1,
-    )
+    source = frame_source(spec, features, labels)
     step("source", t0, cpu0)
     f_index, l_index = features.sequence_index(), labels.sequence_index()
     counts = {
@@ -619,23 +616,15 @@ def scale_section(report: Report, args: argparse.Namespace, corpora: Corpora, re
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=3, help="rounds; every measurement runs once per round")
+    ap = parser(__doc__, CHILDREN, "small sizes and one round")
     ap.add_argument("--utterances", type=int, default=2000, help="measurement 1: utterances (~300 frames each)")
     ap.add_argument("--archives", type=int, default=4, help="measurement 1: HTK archives")
     ap.add_argument("--window", type=int, default=200000, help="measurement 1: randomization window in samples")
     ap.add_argument("--index-utterances", type=int, default=10**5, help="measurement 2: utterances (1000 frames)")
     ap.add_argument("--scale-frames", type=int, nargs="+", default=[10**6, 10**7, 10**8], help="measurement 3")
     ap.add_argument("--scale-window", type=int, default=500000, help="measurements 2-3: window in samples")
-    ap.add_argument("--data", default=os.environ.get("BENCH_DATA", "bench-data"), help="data directory")
-    ap.add_argument("--json", help="write every run and the summary here")
-    ap.add_argument("--smoke", action="store_true", help="small sizes and one round: a sanity check")
-    ap.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
-    ap.add_argument("--spec", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.child:
-        result = CHILDREN[args.child](json.loads(args.spec))
-        print(json.dumps({**result, "peak_rss_mb": proc_status("VmHWM") / 2**20}))
+    if run_child(args, CHILDREN):
         return 0
     if args.smoke:
         args.runs, args.utterances, args.window = 1, 300, 30000
@@ -657,18 +646,10 @@ def main(argv: list[str] | None = None) -> int:
     frames_section(report, args, corpora, results)
     index_section(report, corpora, results)
     scale_section(report, args, corpora, results)
-    report.lines.append("checks: " + ("all ok" if report.ok else "NOT OK (see the check columns)"))
-    text = "\n".join(report.lines)
-    print()
-    print(text)
-    if args.json:
-        options = {k: v for k, v in vars(args).items() if k not in ("child", "spec")}
-        for runs in results.values():  # the per-state counts are long; the check keeps them
-            for r in runs:
-                r.pop("label_counts", None)
-        document = {"args": options, "runs": results, "summary": {"text": text, **report.numbers}}
-        Path(args.json).write_text(json.dumps(document, indent=1))
-    return 0 if report.ok else 1
+    for runs in results.values():  # the per-state counts are long (in --json); the check keeps them
+        for r in runs:
+            r.pop("label_counts", None)
+    return report.finish(args, results)
 
 
 if __name__ == "__main__":
