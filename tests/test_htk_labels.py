@@ -17,20 +17,7 @@ from cntkio.errors import ConfigError, FormatError, MaxErrorsExceeded
 from cntkio.formats.htk_labels import HTKMLFDeserializer
 from cntkio.formats.mlf import parse_mlf, read_state_list
 from order_helpers import assert_exactly_once, keys_of, read, snapshot, split_sweeps, unit_stream
-
-STATES = ["s1", "s2", "sil", "a", "b"]
-
-SPEC_EXAMPLE = """#!MLF!#
-"*/spk1_utt7.lab"
-0 1200000 s1
-1200000 2500000 s2
-2500000 2600000 sil
-.
-"other/path/utt8.rec"
-0 3 s1
-3 5 a
-.
-"""
+from test_mlf import SPEC_EXAMPLE, STATES
 
 AN4 = Path(os.environ.get("CNTKIO_CONFORMANCE_DIR", "../shared/conformance/cntk")) / "External" / "AN4"
 

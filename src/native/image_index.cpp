@@ -310,17 +310,11 @@ bool scan_map(int fd, int64_t size, const MapOptions& options, MapResult& r, Fat
     r.labels.push_back(label);
     r.lines.push_back(static_cast<int32_t>(line));
     r.offsets.push_back(offset);
-    fatal.key.clear();
-    fatal.has_key = false;
-    fatal.key_index = -1;
+    fatal.forget_key();
     return true;
   };
   const bool ok = for_each_line(fd, size, options.block_size, on_line);
-  if (ok) {
-    fatal.key.clear();
-    fatal.has_key = false;
-    fatal.key_index = -1;
-  }
+  if (ok) fatal.forget_key();
   trim(r.key_blob);
   trim(r.key_offsets);
   trim(r.key_index);
@@ -393,15 +387,11 @@ bool scan_base64(int fd, int64_t size, const Base64Options& options, Base64Resul
     r.payload_lengths.push_back(static_cast<int64_t>(text.size() - payload_at));
     r.lines.push_back(static_cast<int32_t>(line));
     r.offsets.push_back(offset);
-    fatal.key.clear();
-    fatal.has_key = false;
-    fatal.key_index = -1;
+    fatal.forget_key();
     return true;
   };
   if (!for_each_line(fd, size, options.block_size, on_line)) return false;
-  fatal.key.clear();
-  fatal.has_key = false;
-  fatal.key_index = -1;
+  fatal.forget_key();
   if (r.has_keys) {  // two consecutive lines with one key would be one sequence of several images
     const size_t n = r.lines.size();
     auto key_text = [&](size_t i) {

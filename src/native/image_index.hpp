@@ -44,6 +44,12 @@ struct Fatal {
   int64_t line = 0;
   int64_t column = 0;
   bool failed() const { return !message.empty(); }
+  // The line being scanned names no key any more (it was read without a problem).
+  void forget_key() {
+    key.clear();
+    has_key = false;
+    key_index = -1;
+  }
 };
 
 struct MapOptions {

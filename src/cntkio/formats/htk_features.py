@@ -173,7 +173,9 @@ class _Runs:
     sequences: np.ndarray
 
     def part(self, start: int, stop: int) -> _Runs:
-        return _Runs(*(column[start:stop] for column in dataclasses.astuple(self)))
+        return _Runs(
+            self.files[start:stop], self.first_frames[start:stop], self.frames[start:stop], self.sequences[start:stop]
+        )
 
     def groups(self, max_files: int) -> list[tuple[int, int]]:
         """Consecutive runs grouped so that each group reads at most ``max_files`` distinct files."""

@@ -74,19 +74,28 @@ class ImageDeserializerBase(IndexedDeserializer):
     duplicate_key_copy = "last"  # CNTK's image map lookups find the last line holding a key
     _kind = "image"
 
-    def _configure(
+    def __init__(
         self,
-        streams: Any,
+        map_file: str | os.PathLike[str],
+        streams: Any = None,
         *,
-        grayscale: bool,
-        precision: str,
-        layout: str,
-        channel_order: str,
-        dtype: Any,
-        seed: int,
-        max_errors: int,
-        trace_level: int,
-    ) -> _Streams:
+        grayscale: bool = False,
+        precision: str = "float",
+        layout: str = "chw",
+        channel_order: str = "bgr",
+        dtype: Any = None,
+        seed: int = 0,
+        images_per_chunk: int = 1,
+        max_errors: int = 0,
+        trace_level: int = 1,
+    ):
+        options = {
+            "grayscale": grayscale, "precision": precision, "layout": layout, "channel_order": channel_order,
+            "dtype": dtype, "seed": seed, "images_per_chunk": images_per_chunk, "max_errors": max_errors,
+            "trace_level": trace_level,
+        }  # fmt: skip
+        self._arguments = ((map_file, streams), {**getattr(self, "_format_options", {}), **options})
+        self.filename = os.fspath(map_file)
         self.trace_level = int(trace_level)
         config = _Streams(streams, type(self).__name__)
         precision_dtype = parse_precision(precision)
@@ -102,7 +111,8 @@ class ImageDeserializerBase(IndexedDeserializer):
         self.sweep_dependent = self.pipeline.is_random
         self.errors = ErrorBudget(int(max_errors), self.trace_level)
         self._config = config
-        return config
+        keys, labels, views = self._index_images(config)
+        self._finish_index(keys, labels if config.label_dim is not None else None, views, images_per_chunk)
 
     def _finish_index(self, keys: KeyColumn, labels: np.ndarray | None, views: int, images_per_chunk: int) -> None:
         """The streams and the index (``views`` sequences an image; chunks of ``images_per_chunk`` images)."""
@@ -131,6 +141,10 @@ class ImageDeserializerBase(IndexedDeserializer):
         self._index = SequenceIndex(chunk_starts, np.ones(count * views, dtype=np.int32), sequence_keys)
 
     # --- per format -------------------------------------------------------------------------------------------
+    def _index_images(self, config: _Streams) -> tuple[KeyColumn, np.ndarray, int]:
+        """Indexes the file: the images' keys, labels (read only with a label stream) and sequences per image."""
+        raise NotImplementedError
+
     def _read(self, image: int) -> bytes | None:
         """The encoded bytes of image ``image`` (None: unreadable: an invalid sequence)."""
         raise NotImplementedError
@@ -187,9 +201,8 @@ class ImageDeserializerBase(IndexedDeserializer):
         for first in range(0, count, views):
             image = (a + first) // views
             decoded = self._decode(self._read(image))
-            location = self._where(image)
             if decoded is None:
-                self._bad(image, "cannot decode the image (not a supported image, or truncated)", location)
+                self._bad(image, "cannot decode the image (not a supported image, or truncated)", self._where(image))
                 invalid[first : first + views] = UNUSABLE
                 values[first : first + views] = 0  # never delivered (skipped), but defined
                 continue
@@ -198,9 +211,9 @@ class ImageDeserializerBase(IndexedDeserializer):
                     f"image of {decoded.shape[1]}x{decoded.shape[0]} pixels gives samples of shape "
                     f"{self.pipeline.output_shape(decoded.shape)}, not the stream's {self.image_shape}: without a "
                     "scale transform every image must have the same size",
-                    location,
+                    self._where(image),
                 )
-            key = key_hash(location.sequence_key if location.sequence_key is not None else image)
+            key = key_hash(self._image_keys[image])
             for view in range(views):
                 self.pipeline.run(decoded, RandomDraws((self.seed, sweep, key, view)), view, out=values[first + view])
         offsets = np.arange(count + 1, dtype=np.int64)
@@ -311,42 +324,20 @@ class ImageDeserializer(ImageDeserializerBase):
     )
 
     def __init__(
-        self,
-        map_file: str | os.PathLike[str],
-        streams: Any = None,
-        *,
-        grayscale: bool = False,
-        multi_view: bool | None = None,
-        precision: str = "float",
-        layout: str = "chw",
-        channel_order: str = "bgr",
-        dtype: Any = None,
-        seed: int = 0,
-        images_per_chunk: int = 1,
-        max_errors: int = 0,
-        trace_level: int = 1,
+        self, map_file: str | os.PathLike[str], streams: Any = None, *, multi_view: bool | None = None, **options: Any
     ):
-        self._arguments = (
-            (map_file, streams),
-            {
-                "grayscale": grayscale, "multi_view": multi_view, "precision": precision, "layout": layout,
-                "channel_order": channel_order, "dtype": dtype, "seed": seed, "images_per_chunk": images_per_chunk,
-                "max_errors": max_errors, "trace_level": trace_level,
-            },
-        )  # fmt: skip
-        self.filename = os.fspath(map_file)
-        config = self._configure(
-            streams, grayscale=grayscale, precision=precision, layout=layout, channel_order=channel_order,
-            dtype=dtype, seed=seed, max_errors=max_errors, trace_level=trace_level,
-        )  # fmt: skip
+        self._format_options = {"multi_view": multi_view}
+        super().__init__(map_file, streams, **options)
+
+    def _index_images(self, config: _Streams) -> tuple[KeyColumn, np.ndarray, int]:
+        multi_view = self._format_options["multi_view"]
         views = self.pipeline.multiview if multi_view is None else bool(multi_view)
         self.images: ImageMap = parse_image_map(self.filename, label_dim=config.label_dim, multi_view=views)
         if len(self.images) == 0:
             raise FormatError("the map file lists no image", Location(self.filename, 0))
         self.archives = ZipArchives(self.images)
         self.archives.check(self.images)
-        labels = self.images.labels if config.label_dim is not None else None
-        self._finish_index(self.images.keys, labels, self.images.views, images_per_chunk)
+        return self.images.keys, self.images.labels, self.images.views
 
     def _read(self, image: int) -> bytes | None:
         return read_image_bytes(self.images, image, self.archives)
@@ -387,40 +378,12 @@ class Base64ImageDeserializer(ImageDeserializerBase):
     """
     )
 
-    def __init__(
-        self,
-        map_file: str | os.PathLike[str],
-        streams: Any = None,
-        *,
-        grayscale: bool = False,
-        precision: str = "float",
-        layout: str = "chw",
-        channel_order: str = "bgr",
-        dtype: Any = None,
-        seed: int = 0,
-        images_per_chunk: int = 1,
-        max_errors: int = 0,
-        trace_level: int = 1,
-    ):
-        self._arguments = (
-            (map_file, streams),
-            {
-                "grayscale": grayscale, "precision": precision, "layout": layout, "channel_order": channel_order,
-                "dtype": dtype, "seed": seed, "images_per_chunk": images_per_chunk, "max_errors": max_errors,
-                "trace_level": trace_level,
-            },
-        )  # fmt: skip
-        self.filename = os.fspath(map_file)
-        config = self._configure(
-            streams, grayscale=grayscale, precision=precision, layout=layout, channel_order=channel_order,
-            dtype=dtype, seed=seed, max_errors=max_errors, trace_level=trace_level,
-        )  # fmt: skip
+    def _index_images(self, config: _Streams) -> tuple[KeyColumn, np.ndarray, int]:
         self.index: Base64Index = index_base64(self.filename, label_dim=config.label_dim)
         if len(self.index) == 0:
             raise FormatError("the file holds no image", Location(self.filename, 0))
         self._file = DataFile(self.filename, "Base64 image")
-        labels = self.index.labels if config.label_dim is not None else None
-        self._finish_index(self.index.keys, labels, 1, images_per_chunk)
+        return self.index.keys, self.index.labels, 1
 
     def _read(self, image: int) -> bytes | None:
         self._file.check_unchanged("indexed")
