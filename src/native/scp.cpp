@@ -8,7 +8,7 @@
 #include <cstring>
 #include <utility>
 
-#include "file_io.hpp"
+#include "line_reader.hpp"
 #include "text_intern.hpp"
 
 namespace cntkio::scp {
@@ -115,7 +115,6 @@ struct Parser::State {
   Interner paths{r.path_blob, r.path_offsets};  // remembers the previous entry's path (often the same archive)
   std::string logical_text, physical_text;  // a logical name / physical path with "..." or the prefix
 
-  std::vector<char> buffer;
 
   std::string_view key_of(size_t row) const {
     const auto b = r.key_offsets[row], e = r.key_offsets[row + 1];
@@ -229,41 +228,11 @@ struct Parser::State {
   }
 
   bool add_file(int fd, int64_t size, std::string_view directory) {
-    buffer.resize(static_cast<size_t>(std::max<int64_t>(options.block_size, 256)));
-    int64_t base = 0;     // file offset of buffer[0]
-    int64_t length = 0;   // bytes in the buffer
-    int64_t read_at = 0;  // next file offset to read
-    bool eof = size <= 0;
-    int64_t pos = 0, line = 1;
-    while (true) {
-      const char* data = buffer.data();
-      const char* newline = static_cast<const char*>(std::memchr(data + pos, '\n', static_cast<size_t>(length - pos)));
-      if (newline == nullptr && !eof) {  // the line goes on past the buffer: keep its start, read more
-        if (pos > 0) {
-          std::memmove(buffer.data(), buffer.data() + pos, static_cast<size_t>(length - pos));
-          base += pos;
-          length -= pos;
-          pos = 0;
-        }
-        if (length == static_cast<int64_t>(buffer.size())) buffer.resize(buffer.size() * 2);  // a very long line
-        const int64_t want = std::min<int64_t>(static_cast<int64_t>(buffer.size()) - length, size - read_at);
-        const int64_t n = read_some(fd, read_at, want, buffer.data() + length);
-        length += n;
-        read_at += n;
-        if (n < want || read_at >= size) eof = true;
-        continue;
-      }
-      const int64_t line_end = newline ? newline - data : length;
-      int64_t begin = pos;
-      if (base + begin == 0 && line_end - begin >= 3 && std::memcmp(data, "\xef\xbb\xbf", 3) == 0) begin += 3;
-      const std::string_view text(data + begin, static_cast<size_t>(line_end - begin));
-      if (!on_line(text, base + begin, line, directory)) return false;
-      if (newline == nullptr) break;
-      pos = line_end + 1;
-      ++line;
-    }
-    ++source;
-    return true;
+    const bool ok = for_each_line(fd, size, options.block_size, [&](std::string_view text, int64_t offset, int64_t line) {
+      return on_line(text, offset, line, directory);
+    });
+    if (ok) ++source;
+    return ok;
   }
 
   // Drops every entry of a key that occurs more than once. The entries are first spread by the top bits of
@@ -376,7 +345,6 @@ struct Parser::State {
 
   Result finish() {
     paths.clear();
-    std::vector<char>().swap(buffer);
     drop_duplicates();
     trim(r.key_blob);
     trim(r.key_offsets);
