@@ -723,6 +723,7 @@ void bind_mlf(nb::module_& m);      // mlf_bindings.cpp
 void bind_scp(nb::module_& m);      // scp_bindings.cpp
 void bind_htk(nb::module_& m);      // htk_bindings.cpp
 void bind_image_index(nb::module_& m);  // image_index_bindings.cpp
+void bind_image_pixels(nb::module_& m);  // image_pixels_bindings.cpp
 
 NB_MODULE(_native, m) {
   m.doc() = "Native core of cntkio: CTF indexer and parser, minibatch assembly, CNTK block randomization.";
@@ -731,6 +732,7 @@ NB_MODULE(_native, m) {
   bind_scp(m);
   bind_htk(m);
   bind_image_index(m);
+  bind_image_pixels(m);
   cbf_error_type = nb::exception<cbf::CbfError>(m, "CbfError", PyExc_ValueError);
   nb::class_<CbfFile>(m, "CbfFile")
       .def(nb::init<int, int64_t>(), "fd"_a, "size"_a)

@@ -11,8 +11,10 @@ only when it is needed. The same tuple always gives the same image, on any threa
 minibatch, and two pipelines holding the same random transforms give the same crops for the same tuple (CNTK's
 synchronised transforms, e.g. an image and its mask).
 
-The work is done by OpenCV and numpy calls that release the GIL (resize, cvtColor, copyMakeBorder, ufuncs, copies);
-crops and flips are views, so nothing is copied until a transform needs new pixels.
+Crops are views and a flip is a flag; per-pixel transforms (colour, mean, intensity) become operations of a native
+kernel (``cntkio._native.image_pixels``, src/native/image_pixels.hpp) that mirrors, applies them, lays the image out
+and casts it into the output in one pass with the GIL released. Pixels are materialised only where a resampling
+(OpenCV's resize and copyMakeBorder, which release the GIL too) needs them.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _native
 from ..errors import ConfigError
 from ..transforms import RANDOM_CROP_TYPES, Color, Crop, ImageTransform, Intensity, Mean, Scale, require_cv2
 
@@ -45,6 +48,9 @@ _SCRATCH_LIMIT = 1 << 23  # bytes: larger intermediate images are allocated afre
 _KIND_IDS = {"crop": 1, "scale": 2, "mean": 3, "color": 4, "intensity": 5}
 
 _OUTPUT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.uint8))
+
+# Per-pixel operations of cntkio._native.image_pixels (src/native/image_pixels.hpp, PixelOp::Kind).
+_BRIGHTNESS_CONTRAST, _SATURATION, _SUBTRACT_MEAN, _SHIFT_CLAMP = 1, 2, 3, 4
 
 
 def key_hash(key: object) -> int:
@@ -256,6 +262,12 @@ class ImagePipeline:
             occurrences[transform.kind] = occurrence + 1
             streams.append((getattr(transform, "seed", 0), _KIND_IDS[transform.kind], occurrence))
         self._streams = tuple(streams)
+        # Mean images (rows x cols x channels) in the working type, as the native subtraction takes them.
+        self._means = {
+            index: np.ascontiguousarray(transform.image, dtype=self._work_dtype)
+            for index, transform in enumerate(transforms)
+            if isinstance(transform, Mean) and transform.image is not None
+        }
         self._warned: set[int] = set()
         self._scratch = _Scratch()
 
@@ -338,26 +350,31 @@ class ImagePipeline:
             raise ValueError(f"empty image of shape {img.shape}")
         if draws is None:
             draws = RandomDraws()
-        # ``owned``: img (or the array it views) is a buffer of this call, so later transforms may change it in place.
-        owned = False
+        # The image so far is ``img`` mirrored left-right when ``flip``, then ``ops`` (native per-pixel operations):
+        # both are applied only when a resampling needs the pixels, or at the end straight into the output.
+        flip = False
+        ops: list[tuple[Any, ...]] = []
         for index, (transform, stream) in enumerate(zip(self.transforms, self._streams)):
             rng = _LazyGenerator(draws, stream)
             if isinstance(transform, Crop):
-                x, y, width, height, flip = crop_window(transform, img.shape[0], img.shape[1], view, rng)
+                if ops:
+                    img, flip, ops = self._pixels(img, flip, ops, index), False, []
+                x, y, width, height, mirror = crop_window(transform, img.shape[0], img.shape[1], view, rng)
+                if flip:  # the window is in the mirrored image
+                    x = img.shape[1] - x - width
                 img = img[y : y + height, x : x + width]
-                if flip:  # a copy: numpy is slow on negative strides, cv2.flip is not
-                    img = cv2.flip(img, 1, dst=self._buffer((index, 0), img.shape, img.dtype))
-                    owned = True
+                flip ^= mirror
             elif isinstance(transform, Scale):
-                img, resized = self._scale(cv2, img, transform, index)
-                owned = owned or resized
+                if ops:
+                    img, flip, ops = self._pixels(img, flip, ops, index), False, []
+                img, flip = self._scale(cv2, img, flip, transform, index)
             elif isinstance(transform, Mean):
-                img, owned = self._mean(img, owned, transform, index)
+                ops += self._mean(img, transform, index)
             elif isinstance(transform, Color):
-                img, owned = self._color(cv2, img, owned, transform, rng, index)
+                ops += self._color(img, transform, rng)
             elif isinstance(transform, Intensity):
-                img, owned = self._intensity(img, owned, transform, rng, index)
-        return self._finish(cv2, img, out)
+                ops += self._intensity(img, transform, rng)
+        return self._finish(img, flip, ops, out)
 
     # Intermediate images go to per-thread buffers, one set per pipeline and transform, reused from image to image
     # (up to 8 MiB each): fresh arrays of a few hundred KiB cost a page fault per 4 KiB on every image, as malloc
@@ -384,16 +401,16 @@ class ImagePipeline:
             flat = buffers[slot] = np.empty(max(nbytes, 1), dtype=np.uint8)
         return flat[:nbytes].view(dtype).reshape(shape)
 
-    def _float(self, img: np.ndarray, owned: bool, index: int) -> np.ndarray:
-        """``img`` as a float array of the working precision that this call may change in place."""
-        if owned and img.dtype == self._work_dtype:
-            return img
-        converted = self._buffer((index, 1), img.shape, self._work_dtype)
-        np.copyto(converted, img, casting="unsafe")
-        return converted
+    def _pixels(self, img: np.ndarray, flip: bool, ops: list[tuple[Any, ...]], index: int) -> np.ndarray:
+        """The pixels of ``img`` mirrored when ``flip`` and with ``ops`` applied, as a new HWC (or HW) array: of
+        the working type after per-pixel operations, else of ``img``'s type (a flip keeps uint8 images uint8)."""
+        dtype = self._work_dtype if ops else img.dtype
+        result = self._buffer((index, 1), img.shape, dtype)
+        _native.image_pixels(_hwc(img), flip, ops, _hwc(result), False, False)
+        return result
 
-    def _scale(self, cv2: Any, img: np.ndarray, transform: Scale, index: int) -> tuple[np.ndarray, bool]:
-        """The scaled image, and whether it is new pixels (rather than a view of ``img``)."""
+    def _scale(self, cv2: Any, img: np.ndarray, flip: bool, transform: Scale, index: int) -> tuple[np.ndarray, bool]:
+        """The scaled image (``img`` mirrored when ``flip``), and whether it is still to be mirrored."""
         rows, cols = img.shape[:2]
         width, height = transform.width, transform.height
         mode = transform.scale_mode
@@ -416,104 +433,79 @@ class ImagePipeline:
                 factor = min(width / cols, height / rows)
                 new_width, new_height = min(width, _round(cols * factor)), min(height, _round(rows * factor))
             new_width, new_height = max(new_width, 1), max(new_height, 1)
-        resized = (new_width, new_height) != (cols, rows)
-        if resized:
+        padded = mode == "pad" and (new_width, new_height) != (width, height)
+        if flip and ((new_width, new_height) != (cols, rows) or padded):
+            img, flip = self._pixels(img, flip, [], index), False  # resampling needs the mirrored pixels
+        if (new_width, new_height) != (cols, rows):
             dst = self._buffer((index, 0), (new_height, new_width, *img.shape[2:]), img.dtype)
             interpolation = _interpolation(cv2, transform.interpolations)
             img = cv2.resize(img, (new_width, new_height), dst=dst, interpolation=interpolation)
         if mode == "crop":
             x, y = (new_width - width) // 2, (new_height - height) // 2
+            if flip:  # the window is in the mirrored image
+                x = new_width - x - width
             img = img[y : y + height, x : x + width]
-        elif mode == "pad" and (new_width, new_height) != (width, height):
+        elif padded:
             top, left = (height - new_height) // 2, (width - new_width) // 2
             bottom, right = height - new_height - top, width - new_width - left
-            dst = self._buffer((index, 1), (height, width, *img.shape[2:]), img.dtype)
+            dst = self._buffer((index, 2), (height, width, *img.shape[2:]), img.dtype)
             if transform.pad_value == -1:
                 img = cv2.copyMakeBorder(img, top, bottom, left, right, cv2.BORDER_REPLICATE, dst=dst)
             else:
                 value = (float(transform.pad_value),) * 4
                 img = cv2.copyMakeBorder(img, top, bottom, left, right, cv2.BORDER_CONSTANT, dst=dst, value=value)
-            resized = True
-        return img, resized
+        return img, flip
 
-    def _mean(self, img: np.ndarray, owned: bool, transform: Mean, index: int) -> tuple[np.ndarray, bool]:
-        mean_image = transform.image
+    def _mean(self, img: np.ndarray, transform: Mean, index: int) -> list[tuple[Any, ...]]:
+        mean_image = self._means.get(index)
         if mean_image is None:
-            return img, owned
-        img = self._float(img, owned, index)
-        if img.ndim == 2 and mean_image.shape[2] == 1:
-            mean_image = mean_image[:, :, 0]
-        if mean_image.shape != img.shape:
+            return []
+        rows, cols = img.shape[:2]
+        channels = 1 if img.ndim == 2 else img.shape[2]
+        if mean_image.shape != (rows, cols, channels):
             if index not in self._warned:
                 self._warned.add(index)
                 logger.warning(
                     "mean file %r is %s (rows x cols x channels) but the image is %s: the mean is not subtracted "
                     "(warned once)",
                     transform.filename,
-                    "x".join(map(str, mean_image.shape if mean_image.ndim == 3 else (*mean_image.shape, 1))),
-                    "x".join(map(str, img.shape if img.ndim == 3 else (*img.shape, 1))),
+                    "x".join(map(str, mean_image.shape)),
+                    f"{rows}x{cols}x{channels}",
                 )
-            return img, True
-        np.subtract(img, mean_image, out=img, casting="unsafe")
-        return img, True
+            return []
+        return [(_SUBTRACT_MEAN, mean_image)]
 
-    def _color(
-        self, cv2: Any, img: np.ndarray, owned: bool, transform: Color, rng: _LazyGenerator, index: int
-    ) -> tuple[np.ndarray, bool]:
+    def _color(self, img: np.ndarray, transform: Color, rng: _LazyGenerator) -> list[tuple[Any, ...]]:
         if not transform.is_random:
-            return img, owned
+            return []
         generator = rng.get()
         brightness = transform.brightness_radius
         contrast = transform.contrast_radius
         saturation = transform.saturation_radius
+        ops: list[tuple[Any, ...]] = []
         if brightness > 0 or contrast > 0:
-            beta = 0.0
-            if brightness > 0:
-                channel_means = cv2.mean(img)[: 1 if img.ndim == 2 else img.shape[2]]
-                beta = float(generator.uniform(-brightness, brightness)) * sum(channel_means) / len(channel_means)
+            # beta = U(-b, b) x the mean of all pixels of the image as it is here (computed natively)
+            beta_factor = float(generator.uniform(-brightness, brightness)) if brightness > 0 else 0.0
             alpha = 1.0 + float(generator.uniform(-contrast, contrast)) if contrast > 0 else 1.0
-            if owned and img.dtype == self._work_dtype:
-                img *= alpha
-            else:  # convert and scale in one pass
-                converted = self._buffer((index, 1), img.shape, self._work_dtype)
-                np.multiply(img, alpha, out=converted, dtype=self._work_dtype, casting="unsafe")
-                img = converted
-            img += beta
-            np.clip(img, 0, 255, out=img)
-        else:
-            img = self._float(img, owned, index)
+            ops.append((_BRIGHTNESS_CONTRAST, alpha, beta_factor))
         if saturation > 0 and img.ndim == 3 and img.shape[2] == 3:
-            factor = 1.0 + float(generator.uniform(-saturation, saturation))
-            single = img if img.dtype == np.float32 else img.astype(np.float32)
-            hsv = cv2.cvtColor(single, cv2.COLOR_BGR2HSV, dst=self._buffer((index, 2), img.shape, np.float32))
-            saturation_channel = hsv[:, :, 1]
-            saturation_channel *= factor
-            cv2.min(hsv, (math.inf, 1.0, math.inf, math.inf), dst=hsv)  # S capped at 1
-            if img.dtype == np.float32 and img.flags.c_contiguous:
-                img = cv2.cvtColor(hsv, cv2.COLOR_HSV2BGR, dst=img)
-            else:
-                img = cv2.cvtColor(hsv, cv2.COLOR_HSV2BGR).astype(self._work_dtype, copy=False)
-        return img, True
+            ops.append((_SATURATION, 1.0 + float(generator.uniform(-saturation, saturation))))
+        return ops
 
-    def _intensity(
-        self, img: np.ndarray, owned: bool, transform: Intensity, rng: _LazyGenerator, index: int
-    ) -> tuple[np.ndarray, bool]:
+    def _intensity(self, img: np.ndarray, transform: Intensity, rng: _LazyGenerator) -> list[tuple[Any, ...]]:
         if not transform.is_random:
-            return img, owned
+            return []
         eigval, eigvec = transform.eigval, transform.eigvec
         assert eigval is not None and eigvec is not None
         alpha = rng.get().normal(0.0, transform.intensity_stddev, 3)
         shift = eigvec @ (alpha * eigval)  # RGB order; channel c of a BGR pixel gets shift[channels - 1 - c]
-        img = self._float(img, owned, index)
         if img.ndim == 2:
-            img += shift[0]
-        else:  # 3 channels (checked in run)
-            img += shift[::-1].astype(self._work_dtype)
-        np.clip(img, 0, 255, out=img)
-        return img, True
+            return [(_SHIFT_CLAMP, float(shift[0]), 0.0, 0.0)]
+        return [(_SHIFT_CLAMP, float(shift[2]), float(shift[1]), float(shift[0]))]
 
-    def _finish(self, cv2: Any, img: np.ndarray, out: np.ndarray | None) -> np.ndarray:
-        """Lays ``img`` out (CHW/HWC, BGR/RGB) and casts it into ``out`` (or a new array)."""
+    def _finish(self, img: np.ndarray, flip: bool, ops: list[tuple[Any, ...]], out: np.ndarray | None) -> np.ndarray:
+        """Mirrors ``img`` when ``flip``, applies ``ops``, lays the result out (CHW/HWC, BGR/RGB) and casts it into
+        ``out`` (or a new array), in one native pass."""
         channels = 1 if img.ndim == 2 else img.shape[2]
         rows, cols = img.shape[:2]
         shape = (channels, rows, cols) if self.layout == "chw" else (rows, cols, channels)
@@ -523,26 +515,17 @@ class ImagePipeline:
             raise ValueError(
                 f"out has shape {out.shape} and dtype {out.dtype}, the image needs {shape} and {self.dtype}"
             )
-        if self.dtype == np.uint8 and img.dtype != np.uint8:  # round and saturate, as OpenCV does
-            rounded = np.clip(img, 0, 255)
-            np.rint(rounded, out=rounded)
-            img = rounded
-        if img.ndim == 2:
-            np.copyto(out.reshape(rows, cols), img, casting="unsafe")
-        elif self.layout == "chw":  # cv2.split writes planes faster than numpy transposes
-            planes = [out[c] for c in range(channels)]
-            if self.channel_order == "rgb":
-                planes.reverse()
-            written = False
-            if img.dtype == self.dtype and all(plane.flags.c_contiguous for plane in planes):
-                result = cv2.split(img, planes)
-                written = all(a is b for a, b in zip(result, planes))
-            if not written:
-                for plane, source in zip(planes, cv2.split(img)):
-                    np.copyto(plane, source, casting="unsafe")
-        else:
-            np.copyto(out, img[:, :, ::-1] if self.channel_order == "rgb" else img, casting="unsafe")
+        target = out if out.flags.c_contiguous else np.empty(shape, dtype=self.dtype)
+        reverse = self.channel_order == "rgb" and channels == 3
+        _native.image_pixels(_hwc(img), flip, ops, target, self.layout == "chw", reverse)
+        if target is not out:
+            np.copyto(out, target)
         return out
+
+
+def _hwc(img: np.ndarray) -> np.ndarray:
+    """A HW (grayscale) image as a HW x 1 view; HWC unchanged."""
+    return img[:, :, None] if img.ndim == 2 else img
 
 
 def _interpolation(cv2: Any, name: str) -> int:
