@@ -12,7 +12,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cntkio import FULL_DATA_SWEEP, ConfigError, CTFDeserializer, MinibatchSource, _native
+from cntkio import (
+    FULL_DATA_SWEEP,
+    ConfigError,
+    CTFDeserializer,
+    MinibatchSource,
+    StreamInformation,
+    UserDeserializer,
+    _native,
+)
 from order_helpers import (
     STREAMS,
     CountingDeserializer,
@@ -467,3 +475,52 @@ def test_the_native_radix_argsort_is_numpys_stable_argsort(keys: list[float]) ->
 def test_the_native_radix_argsort_refuses_nan() -> None:
     with pytest.raises(ValueError, match="NaN"):
         _native.stable_argsort(np.array([1.0, np.nan]))
+
+
+# --------------------------------------------------------------------------------------------- tiny chunks
+class TinyChunks(UserDeserializer):
+    """600 chunks of 1 or 2 one-sample sequences (as images are: one per chunk); the value is the unit number."""
+
+    sizes = np.random.default_rng(7).integers(1, 3, 600)
+
+    def stream_infos(self) -> list[StreamInformation]:
+        return [StreamInformation("u", 0, "dense", np.float64, (1,))]
+
+    def num_chunks(self) -> int:
+        return len(self.sizes)
+
+    def get_chunk(self, chunk_id: int) -> dict[str, np.ndarray]:
+        first = int(self.sizes[:chunk_id].sum())
+        return {"u": np.arange(first, first + self.sizes[chunk_id], dtype=np.float64).reshape(-1, 1)}
+
+
+def reference_order(sizes: np.ndarray, window: int, seed: int, sweep: int) -> list[int]:
+    """The default randomization as order.py defines it: chunks shuffled with [seed, sweep]; every unit of the
+    chunk at rank s gets the key s + window * u (u from [seed, sweep, chunk]); units read by increasing key, ties
+    by rank, then by place in the chunk."""
+    chunk_order = np.random.default_rng([seed, sweep]).permutation(len(sizes))
+    firsts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    entries = []
+    for rank, chunk in enumerate(chunk_order):
+        u = np.random.default_rng([seed, sweep, int(chunk)]).random(int(sizes[chunk]))
+        keys = np.minimum(rank + window * u, np.nextafter(rank + window, -np.inf))
+        for place in np.argsort(keys, kind="stable"):
+            entries.append((keys[place], rank, int(place), int(firsts[chunk] + place)))
+    return [unit for *_, unit in sorted(entries)]
+
+
+@pytest.mark.parametrize("window", [1, 8, 64, 300])
+def test_tiny_chunks_are_read_in_key_order_within_a_window(sources, window):
+    """Blocks of tiny chunks are merged (about 16 units a block) for speed; the order is still the global key
+    order, and the source holds at most a window and 1/16 of a window more chunks (plus prefetch)."""
+    deserializer = TinyChunks()
+    source = sources.open(deserializer, max_sweeps=2, randomization_window_in_chunks=window, randomization_seed=5)
+    units: list[int] = []
+    most = 0
+    while minibatch := source.next_minibatch(16):
+        units += minibatch["u"].values.ravel().astype(int).tolist()
+        most = max(most, source.cached_chunks)
+    total = int(TinyChunks.sizes.sum())
+    assert units[:total] == reference_order(TinyChunks.sizes, window, 5, 0)
+    assert units[total:] == reference_order(TinyChunks.sizes, window, 5, 1)
+    assert most <= window + window // 16 + 16 + 4, most  # window, merged block, a minibatch, prefetch

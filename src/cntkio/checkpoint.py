@@ -20,7 +20,7 @@ from typing import Any
 from .cursor import ALL_CONSUMED
 from .errors import ConfigError
 
-CHECKPOINT_VERSION = 2
+CHECKPOINT_VERSION = 3
 
 
 def digest(state: Mapping[str, Any]) -> str:
@@ -128,8 +128,8 @@ def validate(state: Any, fingerprint: str) -> dict[str, Any]:
         raise ConfigError(f"checkpoint version {version} is newer than this cntkio understands ({CHECKPOINT_VERSION})")
     if version < CHECKPOINT_VERSION:
         raise ConfigError(
-            f"checkpoint version {version} comes from an earlier cntkio whose sweep orders differ; restore its "
-            "'minibatchSourcePosition' alone to continue at the same sample position"
+            f"checkpoint version {version} comes from an earlier cntkio whose sweep orders or blocks differ; restore "
+            "its 'minibatchSourcePosition' alone to continue at the same sample position"
         )
     for key in ("minibatchSourcePosition", "fingerprint", "epoch", "cursor"):
         if key not in state:

@@ -10,7 +10,10 @@ is computed from a window of chunks when the reader reaches it, so memory is O(w
   ``s + window * u`` (``u`` uniform in [0, 1), drawn per chunk from ``[seed, sweep, chunk]``), and units
   are read by increasing key. Blocks are the key intervals between consecutive values of ``s`` and
   ``s + window``; only the chunks whose key range covers a block contribute to it, so at any point at most
-  a window of chunks is needed.
+  a window of chunks is needed. When chunks are tiny (an image each), consecutive intervals are merged until
+  a block holds about ``BLOCK_UNITS`` units, at most ``window / 8`` intervals: the work per block is then paid
+  per ~16 units rather than per unit, and a block needs at most 1/16 of a window more chunks. The order is the
+  same either way (blocks only cut it into pieces).
 * ``compat=True``: CNTK's BlockRandomizer exactly (MT19937-64, its swap shuffles, sweep k seeded with
   ``seed + k``); block k = the positions of randomized chunk k. This order is computed for the whole sweep
   (as CNTK does), so it costs memory per unit.
@@ -18,6 +21,7 @@ is computed from a window of chunks when the reader reaches it, so memory is O(w
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -26,6 +30,8 @@ import numpy as np
 from . import _native
 from .arrays import exclusive_cumsum
 from .corpus import Corpus
+
+BLOCK_UNITS = 16  # default randomization: blocks of tiny chunks are merged until they hold about this many units
 
 
 @dataclass(frozen=True)
@@ -85,7 +91,10 @@ class SweepOrder:
             size = corpus.chunk_samples[self.chunk_order] if r.sample_window else np.ones(count, dtype=np.int64)
             self._starts = exclusive_cumsum(size)[:-1].astype(np.float64)  # randomized start of each rank
             self._window = float(max(r.window, 1))
-            self._bounds = np.unique(np.concatenate([self._starts, self._starts + self._window]))
+            self._ends = self._starts + self._window  # each rank's keys lie in [start, end)
+            window_chunks = self._window / (float(size.mean()) if count else 1.0)
+            bounds = np.unique(np.concatenate([self._starts, self._ends]))
+            self._bounds = _merged_bounds(bounds, corpus.num_units, window_chunks)
             self._keys: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # rank -> sorted keys and their units
             # (next block, ranks opened, keys >= its lower bound of the opened ranks, their units): see _shuffled_block
             self._frontier: tuple[int, int, np.ndarray, np.ndarray] | None = None
@@ -102,12 +111,9 @@ class SweepOrder:
         return len(self._bounds) - 1 if self._shuffled else self.corpus.num_chunks
 
     def _ranks(self, k: int) -> tuple[int, int]:
-        """Randomized chunk positions [lo, hi) whose key range covers block k (default randomization)."""
-        low = self._bounds[k]
-        return (
-            int(np.searchsorted(self._starts + self._window, low, side="right")),
-            int(np.searchsorted(self._starts, low, side="right")),
-        )
+        """Randomized chunk positions [lo, hi) whose key range meets block k (default randomization)."""
+        low, high = self._bounds[k], self._bounds[k + 1]
+        return int(self._ends.searchsorted(low, side="right")), int(self._starts.searchsorted(high, side="left"))
 
     def needed_chunks(self, k: int) -> np.ndarray:
         """Table chunks that units of block k may come from."""
@@ -146,20 +152,16 @@ class SweepOrder:
                 keys.append(chunk_keys[a:])
                 units.append(chunk_units[a:])
             opened = hi
+            merged_keys, merged_units = _merge_runs(keys, units)
         else:
-            _, opened, pending_keys, pending_units = self._frontier
-            keys, units = [pending_keys], [pending_units]
-            for rank in range(opened, hi):
-                chunk_keys, chunk_units = self._chunk_keys(rank)
-                keys.append(chunk_keys)
-                units.append(chunk_units)
-            opened = max(opened, hi)
-        merged_keys = np.concatenate(keys) if keys else np.zeros(0)
-        merged_units = np.concatenate(units) if units else np.zeros(0, dtype=np.int64)
-        if len(keys) > 1:  # sorted runs, lower ranks first: a stable sort keeps ties in rank order
-            order = np.argsort(merged_keys, kind="stable")
-            merged_keys, merged_units = merged_keys[order], merged_units[order]
-        cut = int(np.searchsorted(merged_keys, high, side="left"))
+            _, opened, merged_keys, merged_units = self._frontier
+            if hi > opened:  # the newly opened ranks' keys go in after equal keys of lower ranks
+                keys, units = zip(*(self._chunk_keys(rank) for rank in range(opened, hi)))
+                new_keys, new_units = _merge_runs(list(keys), list(units))
+                at = merged_keys.searchsorted(new_keys, side="right")
+                merged_keys, merged_units = np.insert(merged_keys, at, new_keys), np.insert(merged_units, at, new_units)
+                opened = hi
+        cut = int(merged_keys.searchsorted(high, side="left"))
         self._frontier = (k + 1, opened, merged_keys[cut:], merged_units[cut:])
         return self._units_block(merged_units[:cut].astype(np.int64, copy=False))
 
@@ -196,3 +198,26 @@ class SweepOrder:
 
     def chunk_level(self, partitions: int) -> bool:
         return self.randomization.enabled and self.corpus.num_chunks >= partitions
+
+
+def _merged_bounds(bounds: np.ndarray, units: int, window_chunks: float) -> np.ndarray:
+    """Block bounds: every ``step``-th of the key interval bounds, so that a block holds about BLOCK_UNITS units
+    (on average), with ``step`` at most an eighth of the window (in chunks)."""
+    intervals = len(bounds) - 1
+    if intervals <= 1 or units <= 0:
+        return bounds
+    step = min(math.ceil(BLOCK_UNITS * intervals / units), max(1, int(window_chunks // 8)))
+    if step <= 1:
+        return bounds
+    return np.concatenate([bounds[:-1:step], bounds[-1:]])
+
+
+def _merge_runs(keys: list[np.ndarray], units: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted runs of keys (lower ranks first) with their units merged into one sorted run; ties keep rank order."""
+    if len(keys) == 1:
+        return keys[0], units[0]
+    if not keys:
+        return np.zeros(0), np.zeros(0, dtype=np.int64)
+    merged_keys, merged_units = np.concatenate(keys), np.concatenate(units)
+    order = np.argsort(merged_keys, kind="stable")
+    return merged_keys[order], merged_units[order]
