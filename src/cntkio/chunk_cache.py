@@ -76,7 +76,11 @@ class ChunkCache:
         """Starts loading chunks in the background if they are not cached yet."""
         if self._executor is None:
             return
+        futures = self._futures
         for key in keys:
+            held = futures.get((key[0], key[1]))  # read without the lock: a stale answer only means _claim decides
+            if held is not None and held[0] == key[2]:
+                continue
             future, owner = self._claim(key)
             if owner:
                 self._executor.submit(self._load_into, key, future)

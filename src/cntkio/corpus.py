@@ -170,7 +170,11 @@ class Corpus:
         secondaries' chunks holding the keys of its sequences (once each; the sweep matters only to chunks
         that vary by sweep)."""
         pairs = list(table_chunks)
-        keys = dict.fromkeys(self._load_key(0, c, sweep) for c, sweep in pairs)
+        versions = self.versions[0]
+        if versions == 1:
+            keys = dict.fromkeys((0, c, 0) for c, _ in pairs)
+        else:
+            keys = dict.fromkeys((0, c * versions + sweep % versions, sweep) for c, sweep in pairs)
         for number in range(1, len(self.deserializers)):
             for c, sweep in pairs:
                 for chunk in self._chunks_referenced(number, c).tolist():
