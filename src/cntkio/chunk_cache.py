@@ -51,6 +51,10 @@ class ChunkCache:
         if corpus.caps is not None:
             self.store.set_caps(corpus.caps)
         self._futures: dict[ChunkKey, tuple[int, Future[None]]] = {}  # slot -> (sweep it was read for, load)
+        # The same, as arrays a plan is compared with at C speed: per deserializer, the sweep each slot is read for
+        # (-1: none), and the slots entered since the last retain (some perhaps dropped since).
+        self._held = [np.full(count, -1, dtype=np.int64) for count in corpus.slot_counts()]
+        self._entered: list[list[int]] = [[] for _ in self._held]
         self._lock = threading.Lock()
         self._closed = False
         self._executor = (
@@ -72,18 +76,18 @@ class ChunkCache:
         for future in waiting:
             future.result()
 
-    def prefetch(self, keys: Iterable[LoadKey]) -> None:
-        """Starts loading chunks in the background if they are not cached yet."""
+    def prefetch(self, plan: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        """Starts loading chunks in the background if they are not cached yet: per deserializer, slots and the
+        sweep each is read for (:meth:`Corpus.load_plan`), in the order given."""
         if self._executor is None:
             return
-        futures = self._futures
-        for key in keys:
-            held = futures.get((key[0], key[1]))  # read without the lock: a stale answer only means _claim decides
-            if held is not None and held[0] == key[2]:
-                continue
-            future, owner = self._claim(key)
-            if owner:
-                self._executor.submit(self._load_into, key, future)
+        for number, (slots, sweeps) in enumerate(plan):
+            # read without the lock: a stale answer only means _claim decides
+            missing = np.flatnonzero(self._held[number][slots] != sweeps)
+            for slot, sweep in zip(slots[missing].tolist(), sweeps[missing].tolist()):
+                future, owner = self._claim((number, slot, sweep))
+                if owner:
+                    self._executor.submit(self._load_into, (number, slot, sweep), future)
 
     def _claim(self, key: LoadKey) -> tuple[Future[None], bool]:
         """The load of ``key``: (its future, whether the caller must run it). A slot holding another sweep's
@@ -103,18 +107,39 @@ class ChunkCache:
                     future: Future[None] = Future()
                     future.set_running_or_notify_cancel()
                     self._futures[(number, slot)] = (sweep, future)
+                    self._held[number][slot] = sweep
+                    self._entered[number].append(slot)
                     return future, True
                 pending = held[1]
             pending.exception()  # waits for the other sweep's copy (a failed load is replaced just the same)
 
-    def retain(self, keep: set[LoadKey]) -> None:
-        """Drops every loaded chunk not in ``keep``."""
-        kept = {(number, slot): sweep for number, slot, sweep in keep}
+    def retain(self, plan: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        """Drops every loaded chunk not in ``plan`` (per deserializer: slots and the sweep each is read for, as
+        :meth:`Corpus.load_plan` gives them). Chunks still loading stay."""
         with self._lock:
-            for slot_key, (sweep, future) in list(self._futures.items()):
-                if kept.get(slot_key) != sweep and future.done():
-                    del self._futures[slot_key]
-                    self.store.clear(*slot_key)
+            for number, (slots, sweeps) in enumerate(plan):
+                held = self._held[number]
+                entered = np.unique(np.array(self._entered[number], dtype=np.int64))
+                entered = entered[held[entered] >= 0]
+                order = np.argsort(slots, kind="stable")
+                wanted_slots, wanted_sweeps = slots[order], sweeps[order]
+                at = np.minimum(np.searchsorted(wanted_slots, entered), max(len(wanted_slots) - 1, 0))
+                kept = np.zeros(len(entered), dtype=bool)
+                if len(wanted_slots):
+                    kept = (wanted_slots[at] == entered) & (wanted_sweeps[at] == held[entered])
+                survivors = entered[kept].tolist()
+                for slot in entered[~kept].tolist():
+                    if self._futures[(number, slot)][1].done():
+                        self._drop(number, slot)
+                    else:
+                        survivors.append(slot)
+                self._entered[number] = survivors
+
+    def _drop(self, number: int, slot: int) -> None:
+        """Forgets a slot's chunk (the lock is held)."""
+        del self._futures[(number, slot)]
+        self._held[number][slot] = -1
+        self.store.clear(number, slot)
 
     def __len__(self) -> int:
         return len(self._futures)
@@ -128,6 +153,7 @@ class ChunkCache:
                 held = self._futures.get(key[:2])
                 if held is not None and held[1] is future:
                     del self._futures[key[:2]]
+                    self._held[key[0]][key[1]] = -1
             future.set_exception(error)
 
     def _load(self, key: LoadKey) -> None:
@@ -163,9 +189,8 @@ class ChunkCache:
             if not future.done():
                 future.set_exception(ValueError("the source is closed"))
         with self._lock:
-            for key in list(self._futures):
-                self.store.clear(*key)
-            self._futures.clear()
+            for number, slot in list(self._futures):
+                self._drop(number, slot)
 
 
 def _width(info: StreamInformation) -> int:

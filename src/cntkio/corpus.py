@@ -145,11 +145,30 @@ class Corpus:
             return np.asarray(table_chunks, dtype=np.int32)
         return (np.asarray(table_chunks, dtype=np.int32) * versions + (sweeps % versions)).astype(np.int32)
 
-    def _load_key(self, deserializer: int, chunk: int, sweep: int) -> LoadKey:
+    def load_plan(self, table_chunks: np.ndarray, sweeps: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The chunks reading the given table chunks in the given sweeps needs, per deserializer: (slots, the sweep
+        each is read for), int64, each slot once, in the order first needed. The primary's slots are the table
+        chunks; a secondary's, its chunks holding the keys of their sequences. The sweep matters only to chunks
+        that vary by sweep (0 for the others)."""
+        table_chunks = np.asarray(table_chunks, dtype=np.int64)
+        sweeps = np.asarray(sweeps, dtype=np.int64)
+        plan = [self._slots_of(0, table_chunks, sweeps)]
+        for number in range(1, len(self.deserializers)):
+            referenced = [self._chunks_referenced(number, c) for c in table_chunks.tolist()]
+            counts = np.fromiter((len(r) for r in referenced), dtype=np.int64, count=len(referenced))
+            chunks = np.concatenate(referenced).astype(np.int64) if referenced else np.zeros(0, dtype=np.int64)
+            plan.append(self._slots_of(number, chunks, np.repeat(sweeps, counts)))
+        return plan
+
+    def _slots_of(self, deserializer: int, chunks: np.ndarray, sweeps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         versions = self.versions[deserializer]
         if versions == 1:
-            return deserializer, chunk, 0
-        return deserializer, chunk * versions + sweep % versions, sweep
+            slots, sweeps = chunks, np.zeros(len(chunks), dtype=np.int64)
+        else:
+            slots = chunks * versions + sweeps % versions
+        _, first = np.unique(slots, return_index=True)
+        first.sort()
+        return slots[first], sweeps[first]
 
     def _chunks_referenced(self, deserializer: int, table_chunk: int) -> np.ndarray:
         """The chunks of a secondary that hold the keys of a table chunk's sequences (computed when first
@@ -166,20 +185,14 @@ class Corpus:
         return found
 
     def chunk_keys(self, table_chunks: Iterable[tuple[int, int]]) -> list[LoadKey]:
-        """The chunks reading the given (table chunk, sweep) pairs needs: each table chunk, then the
-        secondaries' chunks holding the keys of its sequences (once each; the sweep matters only to chunks
-        that vary by sweep)."""
-        pairs = list(table_chunks)
-        versions = self.versions[0]
-        if versions == 1:
-            keys = dict.fromkeys((0, c, 0) for c, _ in pairs)
-        else:
-            keys = dict.fromkeys((0, c * versions + sweep % versions, sweep) for c, sweep in pairs)
-        for number in range(1, len(self.deserializers)):
-            for c, sweep in pairs:
-                for chunk in self._chunks_referenced(number, c).tolist():
-                    keys.setdefault(self._load_key(number, chunk, sweep))
-        return list(keys)
+        """:meth:`load_plan` of (table chunk, sweep) pairs as (deserializer, slot, sweep) keys, the primary's
+        first."""
+        pairs = np.array(list(table_chunks), dtype=np.int64).reshape(-1, 2)
+        return [
+            (number, slot, sweep)
+            for number, (slots, sweeps) in enumerate(self.load_plan(pairs[:, 0], pairs[:, 1]))
+            for slot, sweep in zip(slots.tolist(), sweeps.tolist())
+        ]
 
     def slot_source(
         self, deserializer: int, slot: int

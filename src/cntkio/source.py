@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -376,42 +377,54 @@ class MinibatchSource:
     def _load(self, selection: Selection, extra: list[int] | None = None) -> None:
         """Makes sure the chunks of the selection are loaded, drops the chunks no read needs any more and
         prefetches the next blocks' chunks. Chunks are asked for with the sweep they are read in (it matters
-        only to chunks that vary by sweep: of those, a copy per sweep parity is held)."""
+        only to chunks that vary by sweep: of those, a copy per sweep parity is held). The sets are arrays of
+        (sweep, table chunk) codes, so a read costs Python work per chunk that enters or leaves, not per chunk
+        of the window."""
         cursor = self._cursor
         plan = (cursor.sweep, cursor.block, cursor.partitioning)
         if plan == self._planned and extra is None:
             return  # the read stayed in the block planned when the cursor entered it
         self._planned = plan
-        versioned = self._corpus.sweep_dependent
+        corpus = self._corpus
+        chunks_per_sweep = max(corpus.num_chunks, 1)
+        versioned = corpus.sweep_dependent
         if versioned:
             sweeps = selection.sweeps()
-            needed = set(zip(selection.chunks.tolist(), sweeps.tolist()))
+            needed = np.unique(sweeps * chunks_per_sweep + selection.chunks)
             last_sweep = int(sweeps.min()) + SWEEP_VERSIONS - 1  # a later sweep would replace a copy in use
         else:
-            needed = {(c, 0) for c in np.unique(selection.chunks).tolist()}
+            needed = np.unique(selection.chunks).astype(np.int64)
             last_sweep = None
-        in_flight = set()
+        in_flight = np.zeros(0, dtype=np.int64)
         if extra:  # BPTT: units waiting in slots keep their chunks
-            in_flight = {(c, 0) for c in self._corpus.chunk_of_units(np.asarray(extra, dtype=np.int64)).tolist()}
+            in_flight = np.unique(corpus.chunk_of_units(np.asarray(extra, dtype=np.int64))).astype(np.int64)
         threads = self._cache.threads
         upcoming = [
-            [(c, sweep if versioned else 0) for c in chunks.tolist()]
+            (sweep if versioned else 0) * chunks_per_sweep + chunks.astype(np.int64)
             for sweep, chunks in cursor.upcoming_chunks(1 + max(1, threads), self._epoch_end)
             if last_sweep is None or sweep <= last_sweep
         ]
-        window = needed | in_flight | (set(upcoming[0]) if upcoming else set())
-        ahead: list[tuple[int, int]] = []
-        if threads and self.position < self._epoch_end:
-            for block_pairs in upcoming[1:]:
-                ahead.extend(p for p in block_pairs if p not in window and p not in ahead)
-            ahead = ahead[:threads]
-        corpus = self._corpus
-        self._cache.retain(set(corpus.chunk_keys(window | set(ahead))))
-        self._cache.ensure(corpus.chunk_keys(sorted(needed)))
+        window = np.union1d(np.union1d(needed, in_flight), upcoming[0] if upcoming else in_flight)
+        ahead = np.zeros(0, dtype=np.int64)  # the first chunks of the next blocks that are not in the window
+        if threads and self.position < self._epoch_end and len(upcoming) > 1:
+            later = np.concatenate(upcoming[1:])
+            later = later[~np.isin(later, window)]
+            _, first = np.unique(later, return_index=True)
+            ahead = later[np.sort(first)[:threads]]
+        self._cache.retain(self._plan(np.concatenate([window, ahead])))
+        self._cache.ensure(
+            corpus.chunk_keys(zip((needed % chunks_per_sweep).tolist(), (needed // chunks_per_sweep).tolist()))
+        )
         if threads and self.position < self._epoch_end:
             # The rest of the block's window, then the next blocks'; a later read in this block that finds
             # a chunk not loaded yet (no prefetch) loads it then (the native gather refuses to guess).
-            self._cache.prefetch(corpus.chunk_keys(sorted(window - needed - in_flight) + ahead))
+            rest = np.setdiff1d(window, np.union1d(needed, in_flight), assume_unique=True)
+            self._cache.prefetch(self._plan(np.concatenate([rest, ahead])))
+
+    def _plan(self, codes: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """:meth:`Corpus.load_plan` of (sweep, table chunk) codes."""
+        chunks_per_sweep = max(self._corpus.num_chunks, 1)
+        return self._corpus.load_plan(codes % chunks_per_sweep, codes // chunks_per_sweep)
 
     # --- checkpoints -----------------------------------------------------------------------------
     def _fingerprint(self) -> str:
