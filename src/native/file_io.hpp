@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace cntkio {
@@ -39,6 +41,32 @@ inline int64_t read_some(int fd, int64_t offset, int64_t size, char* out) {
 inline void read_exact(int fd, int64_t offset, int64_t size, char* out) {
   const int64_t done = read_some(fd, offset, size, out);
   if (done < size) throw ShortRead(offset + done);
+}
+
+// Reads the whole file at `path` (regular file, pipe or device: up to its end) into `out`; returns 0, or the errno
+// of the open, fstat or read that failed. The file is closed before returning.
+inline int read_whole_file(const char* path, std::string& out) {
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  struct stat info;
+  int error = ::fstat(fd, &info) != 0 ? errno : S_ISDIR(info.st_mode) ? EISDIR : 0;
+  int64_t done = 0;
+  out.clear();
+  while (error == 0) {
+    // the size it had, plus one byte to see the end (or a block more, when it grew or has no size)
+    const int64_t want = done < info.st_size ? info.st_size + 1 - done : int64_t{1} << 16;
+    out.resize(static_cast<size_t>(done + want));
+    const ssize_t n = ::read(fd, &out[static_cast<size_t>(done)], static_cast<size_t>(want));
+    if (n < 0) {
+      if (errno != EINTR) error = errno;
+      continue;
+    }
+    if (n == 0) break;
+    done += n;
+  }
+  ::close(fd);
+  out.resize(static_cast<size_t>(done));
+  return error;
 }
 
 }  // namespace cntkio

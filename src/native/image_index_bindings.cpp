@@ -5,6 +5,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -151,7 +152,27 @@ nb::tuple base64_decode_batch(int fd, OffsetArray offsets, OffsetArray lengths) 
 
 }  // namespace
 
+// The whole file at `path` (file system bytes), read with the GIL released once (Python's open/read/close would
+// release and take it back around every system call). An error raises OSError (FileNotFoundError, ...).
+nb::bytes read_file(nb::bytes path) {
+  std::string name(path.c_str(), path.size());
+  if (name.find('\0') != std::string::npos) throw nb::value_error("embedded null byte in the path");
+  std::string data;
+  int error;
+  {
+    nb::gil_scoped_release release;
+    error = cntkio::read_whole_file(name.c_str(), data);
+  }
+  if (error != 0) {
+    errno = error;
+    PyErr_SetFromErrnoWithFilename(PyExc_OSError, name.c_str());
+    throw nb::python_error();
+  }
+  return nb::bytes(data.data(), data.size());
+}
+
 void bind_image_index(nb::module_& m) {
+  m.def("read_file", &read_file, "path"_a, "The whole file at path (bytes), read with the GIL released.");
   m.def("image_map_scan", &image_map_scan, "fd"_a, "size"_a, "directory"_a, "label_dim"_a,
         "block"_a = int64_t{4} << 20,
         "Scan bytes [0, size) of the image map file open as fd (pread in blocks, GIL released). directory: what a "

@@ -395,8 +395,7 @@ def read_image_bytes(image_map: ImageMap, row: int, archives: ZipArchives | None
             raise ValueError(f"row {row} is in zip archive {image_map.containers[container]!r}: pass ZipArchives")
         return archives.read(container, image_map.item(row), image_map.location(row))
     try:
-        with open(image_map.file_path(row), "rb") as file:
-            return file.read()
+        return _native.read_file(os.fsencode(image_map.file_path(row)))
     except OSError as error:
         name = image_map.paths[int(image_map.path_ids[row])]
         raise FormatError(
