@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import itertools
 import json
 import math
 import os
