@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import socket
 import subprocess
 import sys
+import weakref
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -19,6 +21,7 @@ torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader  # noqa: E402
 
 import torch_dist_worker as worker  # noqa: E402
+from cntkio import CTFDeserializer, MinibatchSource, StreamDef, StreamDefs  # noqa: E402
 from cntkio.torch import MinibatchDataset, TorchMinibatch, merge_states, to_tensor  # noqa: E402
 
 WORKER_SCRIPT = Path(worker.__file__).resolve()
@@ -289,3 +292,37 @@ def test_set_epoch_reads_the_next_sweep(data: tuple[str, dict[int, Any]], num_wo
         epochs.append([key for batch in run_loader(dataset, num_workers) for _, key in batch.keys])
     assert sorted(epochs[0]) == sorted(epochs[1]) == sorted(expected) and epochs[0] != epochs[1]
     assert epochs[0] + epochs[1] == stream
+
+
+class RecordingSource(MinibatchSource):
+    """A source that notes, at each read, how many of the minibatches it handed out before are still alive."""
+
+    handed_out: ClassVar[list[weakref.ref[Any]]] = []
+    alive_at_reads: ClassVar[list[int]] = []
+
+    def next_minibatch(self, *args: Any, **kwargs: Any) -> Any:
+        gc.collect()
+        RecordingSource.alive_at_reads.append(sum(ref() is not None for ref in RecordingSource.handed_out))
+        minibatch = super().next_minibatch(*args, **kwargs)
+        if minibatch:
+            RecordingSource.handed_out.append(weakref.ref(minibatch))
+        return minibatch
+
+
+def recording_source(path: str) -> MinibatchSource:
+    streams = StreamDefs(x=StreamDef(field="x", shape=worker.DENSE_DIM))
+    return RecordingSource(CTFDeserializer(path, streams), max_sweeps=1, randomize=False)
+
+
+def test_the_dataset_holds_no_minibatch_the_caller_let_go(data: tuple[str, dict[int, Any]]) -> None:
+    """While the next minibatch is read, the dataset holds none of the earlier ones: a caller that is done with a
+    batch frees its memory (before the fix the dataset's generator kept the previous minibatch, so two were in
+    memory at every read)."""
+    path, _ = data
+    RecordingSource.handed_out.clear()
+    RecordingSource.alive_at_reads.clear()
+    for batch in DataLoader(MinibatchDataset(functools.partial(recording_source, path), 16), batch_size=None):
+        assert batch.tensors["x"].shape[0] > 0
+        del batch
+    assert len(RecordingSource.alive_at_reads) > 3
+    assert RecordingSource.alive_at_reads == [0] * len(RecordingSource.alive_at_reads)

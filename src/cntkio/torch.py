@@ -187,7 +187,7 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
                 index += 1
                 state = {"source": source.get_checkpoint_state(), "minibatch_index": index}
                 self._last_state = {**state, "worker_base": base}
-                yield TorchMinibatch(
+                batch = TorchMinibatch(
                     tensors={info.name: to_tensor(data, self.layout) for info, data in minibatch.items()},
                     lengths={info.name: torch.from_numpy(d.sequence_lengths) for info, d in minibatch.items()},
                     provenance=minibatch.provenance,
@@ -195,6 +195,9 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
                     end_of_sweep=any(data.end_of_sweep for data in minibatch.values()),
                     index=index - 1,
                 )
+                del minibatch  # only the caller holds the batch: once it lets go, the next read reuses its memory
+                yield batch
+                del batch
         finally:
             source.close()
             self._live.discard(source)
