@@ -40,7 +40,9 @@ differ in content and size like photos), 10 classes, written once under --data/i
                  and the others (parse threads, OpenCV's own).
   3. memory      peak RSS growth of each cntkio run (VmHWM after reading minus VmRSS before building the reader,
                  cv2 imported and the heap trimmed before) against the window: --window images x output bytes per
-                 image (3 x 224 x 224 float32) + one minibatch of them (bar: growth <= that).
+                 image (3 x 224 x 224 float32) + one minibatch of them (bar: growth <= that). The loops drop each
+                 minibatch before asking for the next, as a training step done with it does, so the growth is the
+                 reader's: a caller that keeps the previous minibatch while the next is read holds one more.
 
 Correctness: in every timed run, N images in minibatches of at most 64, every label in 0..9. In separate untimed
 children of each configuration: every image delivered exactly once (the anchors return the index, cntkio the
@@ -230,6 +232,7 @@ def child_cntkio(spec: dict[str, Any]) -> dict[str, Any]:
                 tally.add(x.shape[0], labels, x.numpy(), [key for _, key in batch.keys])
             else:
                 tally.add(x.shape[0], labels)
+            del batch, x, y  # done with it before the next (see "3. memory")
     else:
         source = image_source(spec)
         while minibatch := source.next_minibatch(MINIBATCH):
@@ -239,6 +242,7 @@ def child_cntkio(spec: dict[str, Any]) -> dict[str, Any]:
                 tally.add(x.num_samples, y.indices, x.values, keys)
             else:
                 tally.add(x.num_samples, y.indices)
+            del minibatch, x, y  # done with it before the next (see "3. memory")
         source.close()
     seconds, cpu, main = time.perf_counter() - t0, cpu_seconds() - cpu0, time.thread_time() - main0
     peak = proc_status("VmHWM") - base
