@@ -472,6 +472,29 @@ def test_the_native_radix_argsort_is_numpys_stable_argsort(keys: list[float]) ->
     assert np.array_equal(_native.stable_argsort(array), np.argsort(array, kind="stable"))
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    seed=st.one_of(st.integers(0, 2**32 - 1), st.integers(0, 2**64 - 1)),
+    sweep=st.one_of(st.integers(0, 8), st.integers(0, 2**40)),
+    chunks=st.lists(st.tuples(st.integers(0, 2**40), st.integers(0, 5), st.floats(0, 1e6)), max_size=6),
+    window=st.floats(1, 1e4),
+)
+def test_the_native_unit_keys_are_numpys(seed: int, sweep: int, chunks: list[tuple[int, int, float]], window: float):
+    """The default order's keys come from NumPy's SeedSequence + PCG64, reproduced natively bit for bit."""
+    ids = np.array([c for c, _, _ in chunks], dtype=np.int64)
+    counts = np.array([n for _, n, _ in chunks], dtype=np.int64)
+    starts = np.array([s for _, _, s in chunks], dtype=np.float64)
+    expected = [
+        np.minimum(
+            start + window * np.random.default_rng([seed, sweep, chunk]).random(n),
+            np.nextafter(start + window, -np.inf),
+        )
+        for chunk, n, start in chunks
+    ]
+    got = _native.default_unit_keys(seed, sweep, ids, counts, starts, window)
+    assert np.array_equal(got, np.concatenate(expected) if expected else np.zeros(0))
+
+
 def test_the_native_radix_argsort_refuses_nan() -> None:
     with pytest.raises(ValueError, match="NaN"):
         _native.stable_argsort(np.array([1.0, np.nan]))

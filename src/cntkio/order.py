@@ -95,10 +95,8 @@ class SweepOrder:
             window_chunks = self._window / (float(size.mean()) if count else 1.0)
             bounds = np.unique(np.concatenate([self._starts, self._ends]))
             self._bounds = _merged_bounds(bounds, corpus.num_units, window_chunks)
-            self._keys: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # rank -> sorted keys and their units
             # (next block, ranks opened, keys >= its lower bound of the opened ranks, their units): see _shuffled_block
             self._frontier: tuple[int, int, np.ndarray, np.ndarray] | None = None
-            self._lowest_rank = 0  # no rank below it is in _keys
         self.chunk_rank = np.empty(count, dtype=np.int64)
         self.chunk_rank[self.chunk_order] = np.arange(count, dtype=np.int64)
 
@@ -137,55 +135,40 @@ class SweepOrder:
         """The units whose keys fall in block k's interval, by increasing key (ties: lower rank first).
 
         Blocks are read in order, so the keys of the window's chunks not yet read are kept merged (the
-        *frontier*): block k opens the chunks starting at its lower bound, merges their keys in and cuts off those
-        below its upper bound. Another block than the next is rebuilt from its chunks."""
+        *frontier*): block k opens the chunks starting before its upper bound, merges their keys in and cuts off
+        those below its upper bound. Another block than the next is rebuilt from its chunks."""
         lo, hi = self._ranks(k)
-        for rank in range(self._lowest_rank, lo):  # no later block needs these chunks
-            self._keys.pop(rank, None)
-        self._lowest_rank = max(self._lowest_rank, lo)
         low, high = self._bounds[k], self._bounds[k + 1]
         if self._frontier is None or self._frontier[0] != k:
-            keys, units = [], []
-            for rank in range(lo, hi):
-                chunk_keys, chunk_units = self._chunk_keys(rank)
-                a = int(np.searchsorted(chunk_keys, low, side="left"))
-                keys.append(chunk_keys[a:])
-                units.append(chunk_units[a:])
-            opened = hi
-            merged_keys, merged_units = _merge_runs(keys, units)
+            keys, units = self._rank_keys(lo, hi)
+            first = int(keys.searchsorted(low, side="left"))
+            keys, units, opened = keys[first:], units[first:], hi
         else:
-            _, opened, merged_keys, merged_units = self._frontier
+            _, opened, keys, units = self._frontier
             if hi > opened:  # the newly opened ranks' keys go in after equal keys of lower ranks
-                keys, units = zip(*(self._chunk_keys(rank) for rank in range(opened, hi)))
-                new_keys, new_units = _merge_runs(list(keys), list(units))
-                at = merged_keys.searchsorted(new_keys, side="right")
-                merged_keys, merged_units = np.insert(merged_keys, at, new_keys), np.insert(merged_units, at, new_units)
-                opened = hi
-        cut = int(merged_keys.searchsorted(high, side="left"))
-        self._frontier = (k + 1, opened, merged_keys[cut:], merged_units[cut:])
-        return self._units_block(merged_units[:cut].astype(np.int64, copy=False))
+                new_keys, new_units = self._rank_keys(opened, hi)
+                at = keys.searchsorted(new_keys, side="right")
+                keys, units, opened = np.insert(keys, at, new_keys), np.insert(units, at, new_units), hi
+        cut = int(keys.searchsorted(high, side="left"))
+        self._frontier = (k + 1, opened, keys[cut:], units[cut:])
+        return self._units_block(units[:cut])
 
     def _units_block(self, units: np.ndarray) -> Block:
         corpus = self.corpus
         lengths = np.ones(len(units), dtype=np.int64) if corpus.frame_mode else corpus.lengths[units].astype(np.int64)
         return Block(units, corpus.chunk_of_units(units), lengths)
 
-    def _chunk_keys(self, rank: int) -> tuple[np.ndarray, np.ndarray]:
-        """The keys of a randomized chunk's units, sorted, with the units (computed once per sweep)."""
-        cached = self._keys.get(rank)
-        if cached is None:
-            chunk = int(self.chunk_order[rank])
-            r = self.randomization
-            rng = np.random.default_rng([r.seed % 2**64, self.sweep, chunk])
-            start = self._starts[rank]
-            keys = start + self._window * rng.random(int(self.corpus.units_per_chunk[chunk]))
-            # u < 1, but start + window * u can round up to start + window: keep every key in the chunk's range
-            np.minimum(keys, np.nextafter(start + self._window, -np.inf), out=keys)
-            order = _native.stable_argsort(keys)  # = np.argsort(keys, kind="stable"), by radix sort
-            cached = (keys[order], self.corpus.unit_starts[chunk] + order)
-            self._keys[rank] = cached
-            self._lowest_rank = min(self._lowest_rank, rank)
-        return cached
+    def _rank_keys(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """The keys of the units of randomized chunks [lo, hi), sorted (ties: lower rank, then place in the
+        chunk), with the units (int64)."""
+        chunks = np.ascontiguousarray(self.chunk_order[lo:hi], dtype=np.int64)
+        counts = self.corpus.units_per_chunk[chunks].astype(np.int64)
+        r = self.randomization
+        keys = _native.default_unit_keys(r.seed % 2**64, self.sweep, chunks, counts, self._starts[lo:hi], self._window)
+        first_units = self.corpus.unit_starts[chunks].astype(np.int64) - exclusive_cumsum(counts)[:-1]
+        units = np.repeat(first_units, counts) + np.arange(len(keys), dtype=np.int64)
+        order = _native.stable_argsort(keys)  # = np.argsort(keys, kind="stable"), by radix sort
+        return keys[order], units[order]
 
     def owners(self, block: Block, positions: np.ndarray, partitions: int) -> np.ndarray:
         """Partition owning each unit of a block (``positions``: the units' positions in the sweep).
@@ -210,14 +193,3 @@ def _merged_bounds(bounds: np.ndarray, units: int, window_chunks: float) -> np.n
     if step <= 1:
         return bounds
     return np.concatenate([bounds[:-1:step], bounds[-1:]])
-
-
-def _merge_runs(keys: list[np.ndarray], units: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted runs of keys (lower ranks first) with their units merged into one sorted run; ties keep rank order."""
-    if len(keys) == 1:
-        return keys[0], units[0]
-    if not keys:
-        return np.zeros(0), np.zeros(0, dtype=np.int64)
-    merged_keys, merged_units = np.concatenate(keys), np.concatenate(units)
-    order = np.argsort(merged_keys, kind="stable")
-    return merged_keys[order], merged_units[order]

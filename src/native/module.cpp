@@ -238,6 +238,25 @@ nb::ndarray<nb::numpy, int64_t> stable_argsort(nb::ndarray<const double, nb::ndi
   return to_numpy(std::move(order));
 }
 
+using I64Vector = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using F64Vector = nb::ndarray<const double, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+nb::ndarray<nb::numpy, double> default_unit_keys(uint64_t seed, uint64_t sweep, I64Vector chunks, I64Vector counts,
+                                                 F64Vector starts, double window) {
+  const size_t n = chunks.shape(0);
+  if (counts.shape(0) != n || starts.shape(0) != n) throw nb::value_error("chunks, counts and starts differ in length");
+  for (size_t i = 0; i < n; ++i) {
+    if (chunks.data()[i] < 0 || counts.data()[i] < 0) throw nb::value_error("chunks and counts must be >= 0");
+  }
+  std::vector<double> keys;
+  {
+    nb::gil_scoped_release release;
+    keys = randomizer::default_unit_keys(seed, sweep, chunks.data(), counts.data(), starts.data(),
+                                         static_cast<int64_t>(n), window);
+  }
+  return to_numpy(std::move(keys));
+}
+
 // An array argument whose data pointer is kept beyond the cast: taken as it is (no converted copy that
 // would be freed while the pointer is still in use); anything else is a ValueError naming `what`.
 template <class Array>
@@ -762,6 +781,9 @@ NB_MODULE(_native, m) {
         "CNTK's BlockRandomizer order of one sweep (MT19937-64): (units, chunk_order, window_begin, window_end).");
   m.def("reusable_buffer", &reusable_buffer, "bytes"_a,
         "Uninitialised bytes (uint8 array) from a pool of buffers that chunks give back when they are freed.");
+  m.def("default_unit_keys", &default_unit_keys, "seed"_a, "sweep"_a, "chunks"_a, "counts"_a, "starts"_a, "window"_a,
+        "Keys of the default randomization: start + window * default_rng([seed, sweep, chunk]).random(count) of each "
+        "chunk, kept below start + window, concatenated (float64).");
   m.def("stable_argsort", &stable_argsort, "keys"_a,
         "The permutation sorting float64 keys, equal keys in their order (argsort(kind='stable')), by radix sort.");
   nb::class_<ChunkStore>(m, "ChunkStore")

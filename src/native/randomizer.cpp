@@ -2,6 +2,7 @@
 #include "randomizer.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
@@ -144,6 +145,117 @@ std::vector<int64_t> stable_argsort(const double* keys, int64_t n) {
     order.swap(order_out);
   }
   return order;
+}
+
+namespace {
+
+// NumPy's SeedSequence with the default pool of four 32-bit words, for entropy given as 64-bit integers (each
+// becomes its 32-bit words, least significant first, at least one), and the state words it generates.
+class SeedSequence {
+ public:
+  explicit SeedSequence(std::initializer_list<uint64_t> values) {
+    std::vector<uint32_t> entropy;
+    for (uint64_t value : values) {
+      do {
+        entropy.push_back(static_cast<uint32_t>(value));
+        value >>= 32;
+      } while (value != 0);
+    }
+    uint32_t hash_const = kInitA;
+    auto hashmix = [&hash_const](uint32_t value) {
+      value ^= hash_const;
+      hash_const *= kMultA;
+      value *= hash_const;
+      value ^= value >> kShift;
+      return value;
+    };
+    auto mix = [](uint32_t x, uint32_t y) {
+      uint32_t result = kMixL * x - kMixR * y;
+      return result ^ (result >> kShift);
+    };
+    for (size_t i = 0; i < kPool; ++i) pool_[i] = hashmix(i < entropy.size() ? entropy[i] : 0);
+    for (size_t source = 0; source < kPool; ++source) {
+      for (size_t target = 0; target < kPool; ++target) {
+        if (source != target) pool_[target] = mix(pool_[target], hashmix(pool_[source]));
+      }
+    }
+    for (size_t source = kPool; source < entropy.size(); ++source) {
+      for (size_t target = 0; target < kPool; ++target) pool_[target] = mix(pool_[target], hashmix(entropy[source]));
+    }
+  }
+
+  // generate_state(words / 2, uint64): 64-bit words made of consecutive 32-bit words, the first the low half.
+  void generate64(uint64_t* out, size_t count) const {
+    uint32_t hash_const = kInitB;
+    for (size_t i = 0; i < 2 * count; ++i) {
+      uint32_t value = pool_[i % kPool];
+      value ^= hash_const;
+      hash_const *= kMultB;
+      value *= hash_const;
+      value ^= value >> kShift;
+      if (i % 2 == 0) {
+        out[i / 2] = value;
+      } else {
+        out[i / 2] |= static_cast<uint64_t>(value) << 32;
+      }
+    }
+  }
+
+ private:
+  static constexpr size_t kPool = 4;
+  static constexpr uint32_t kInitA = 0x43b0d7e5, kMultA = 0x931e8875, kInitB = 0x8b51f9dd, kMultB = 0x58f38ded;
+  static constexpr uint32_t kMixL = 0xca01f9dd, kMixR = 0x4973f715;
+  static constexpr int kShift = 16;
+  uint32_t pool_[kPool] = {};
+};
+
+// NumPy's PCG64 (128-bit LCG, XSL-RR output) seeded from a SeedSequence as NumPy seeds it.
+class Pcg64 {
+ public:
+  explicit Pcg64(const SeedSequence& seq) {
+    uint64_t words[4];
+    seq.generate64(words, 4);
+    const unsigned __int128 initstate = (static_cast<unsigned __int128>(words[0]) << 64) | words[1];
+    const unsigned __int128 initseq = (static_cast<unsigned __int128>(words[2]) << 64) | words[3];
+    state_ = 0;
+    inc_ = (initseq << 1) | 1;
+    step();
+    state_ += initstate;
+    step();
+  }
+
+  uint64_t next64() {
+    step();
+    const uint64_t mixed = static_cast<uint64_t>(state_ >> 64) ^ static_cast<uint64_t>(state_);
+    const unsigned rotation = static_cast<unsigned>(state_ >> 122);
+    return (mixed >> rotation) | (mixed << ((64 - rotation) & 63));
+  }
+
+  // Generator.random(): 53 random bits in [0, 1).
+  double next_double() { return static_cast<double>(next64() >> 11) * (1.0 / 9007199254740992.0); }
+
+ private:
+  void step() { state_ = state_ * kMultiplier + inc_; }
+  static constexpr unsigned __int128 kMultiplier =
+      (static_cast<unsigned __int128>(0x2360ED051FC65DA4ULL) << 64) | 0x4385DF649FCCF645ULL;
+  unsigned __int128 state_ = 0, inc_ = 0;
+};
+
+}  // namespace
+
+std::vector<double> default_unit_keys(uint64_t seed, uint64_t sweep, const int64_t* chunks, const int64_t* counts,
+                                      const double* starts, int64_t n, double window) {
+  int64_t total = 0;
+  for (int64_t i = 0; i < n; ++i) total += counts[i];
+  std::vector<double> keys(static_cast<size_t>(total));
+  size_t at = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    Pcg64 generator(SeedSequence{seed, sweep, static_cast<uint64_t>(chunks[i])});
+    const double end = starts[i] + window;
+    const double below = std::nextafter(end, -INFINITY);  // start + window * u may round up to the end
+    for (int64_t u = 0; u < counts[i]; ++u) keys[at++] = std::min(starts[i] + window * generator.next_double(), below);
+  }
+  return keys;
 }
 
 }  // namespace cntkio::randomizer
