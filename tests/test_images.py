@@ -248,17 +248,21 @@ def test_jpeg_decoding_equals_opencv_also_with_an_exif_orientation(tmp_path: Pat
     picture = image_module.fromarray(pixels)
     exif = image_module.Exif()
     exif[0x0112] = 6  # orientation: rotate 90 degrees clockwise
-    for name, options in (("plain", {}), ("rotated", {"exif": exif})):
+    for name, options in (("plain", {}), ("rotated", {"exif": exif}), ("rotated-after-comment", {"exif": exif})):
         folder = tmp_path / name
         folder.mkdir()
         path = folder / f"{name}.jpg"
         picture.save(path, quality=90, **options)
+        if name == "rotated-after-comment":  # 130 KB of comments before the EXIF segment (a byte search of the
+            data = path.read_bytes()  # first 64 KB for the EXIF header missed it: the image came out unrotated)
+            comment = b"\xff\xfe" + (65_000).to_bytes(2, "big") + bytes(64_998)
+            path.write_bytes(data[:2] + comment * 2 + data[2:])
         reader = ImageDeserializer(
             write_map(folder, [path], labels=[0]), streams(labels=None), layout="hwc", dtype=np.uint8
         )
         got = MinibatchSource(reader, randomize=False).next_minibatch(1)["features"].values[0]
         expected = cv2.imread(str(path), cv2.IMREAD_COLOR)
-        assert got.shape == expected.shape == ((40, 24, 3) if options else (24, 40, 3))
+        assert got.shape == expected.shape == ((40, 24, 3) if options else (24, 40, 3)), name
         np.testing.assert_array_equal(got, expected)
 
 

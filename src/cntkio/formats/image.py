@@ -157,7 +157,7 @@ class ImageDeserializerBase(IndexedDeserializer):
     def _decode(self, data: bytes | None) -> np.ndarray | None:
         if data is None:
             return None
-        fast = _jpeg_decoder() if data[:2] == b"\xff\xd8" and data.find(b"Exif\0\0", 0, 1 << 16) < 0 else None
+        fast = _jpeg_decoder() if data[:2] == b"\xff\xd8" and not _may_hold_exif(data) else None
         if fast is not None:  # a JPEG without EXIF (whose orientation OpenCV would apply): libjpeg-turbo directly
             try:
                 image = fast.decode_jpeg(data, colorspace="GRAY" if self.grayscale else "BGR")
@@ -236,6 +236,25 @@ class ImageDeserializerBase(IndexedDeserializer):
     @property
     def source_name(self) -> str:
         return str(getattr(self, "filename", type(self).__name__))
+
+
+def _may_hold_exif(jpeg: bytes) -> bool:
+    """Whether a JPEG's header segments (those before the scan) hold EXIF data (an APP1 segment starting
+    ``Exif\\0\\0``), whose orientation OpenCV applies; also True when the header cannot be walked (OpenCV decides)."""
+    at, size = 2, len(jpeg)
+    while at + 4 <= size:
+        if jpeg[at] != 0xFF:
+            return True
+        marker = jpeg[at + 1]
+        if marker == 0xFF:  # a fill byte
+            at += 1
+            continue
+        if marker == 0xDA:  # start of scan: the header is over
+            return False
+        if marker == 0xE1 and jpeg[at + 4 : at + 10] == b"Exif\0\0":
+            return True
+        at += 2 + int.from_bytes(jpeg[at + 2 : at + 4], "big")
+    return True
 
 
 def _jpeg_decoder() -> Any:
