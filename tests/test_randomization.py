@@ -534,7 +534,7 @@ def reference_order(sizes: np.ndarray, window: int, seed: int, sweep: int) -> li
 
 @pytest.mark.parametrize("window", [1, 8, 64, 300])
 def test_tiny_chunks_are_read_in_key_order_within_a_window(sources, window):
-    """Blocks of tiny chunks are merged (about 16 units a block) for speed; the order is still the global key
+    """Blocks of tiny chunks are merged (about 8 units a block) for speed; the order is still the global key
     order, and the source holds at most a window and 1/16 of a window more chunks (plus prefetch)."""
     deserializer = TinyChunks()
     source = sources.open(deserializer, max_sweeps=2, randomization_window_in_chunks=window, randomization_seed=5)

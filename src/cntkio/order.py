@@ -12,7 +12,7 @@ is computed from a window of chunks when the reader reaches it, so memory is O(w
   ``s + window``; only the chunks whose key range covers a block contribute to it, so at any point at most
   a window of chunks is needed. When chunks are tiny (an image each), consecutive intervals are merged until
   a block holds about ``BLOCK_UNITS`` units, at most ``window / 8`` intervals: the work per block is then paid
-  per ~16 units rather than per unit, and a block needs at most 1/16 of a window more chunks. The order is the
+  per ~8 units rather than per unit, and a block needs at most 1/16 of a window more chunks. The order is the
   same either way (blocks only cut it into pieces).
 * ``compat=True``: CNTK's BlockRandomizer exactly (MT19937-64, its swap shuffles, sweep k seeded with
   ``seed + k``); block k = the positions of randomized chunk k. This order is computed for the whole sweep
@@ -31,7 +31,7 @@ from . import _native
 from .arrays import exclusive_cumsum
 from .corpus import Corpus
 
-BLOCK_UNITS = 16  # default randomization: blocks of tiny chunks are merged until they hold about this many units
+BLOCK_UNITS = 8  # default randomization: blocks of tiny chunks are merged until they hold about this many units
 
 
 @dataclass(frozen=True)
