@@ -5,6 +5,7 @@ counted under max_errors, clear errors, multi-view, and composites with CTF."""
 from __future__ import annotations
 
 import base64
+import functools
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -277,3 +278,37 @@ def test_a_source_of_only_undecodable_images_ends_or_says_so(tmp_path: Path) -> 
     endless = MinibatchSource(ImageDeserializer(map_file, streams(T.scale(4, 4, 3)), max_errors=5))
     with pytest.raises(CNTKIOError, match="no usable sequence in a whole sweep"):
         endless.next_minibatch(3)
+
+
+def augmented_source(map_file: str) -> MinibatchSource:
+    """A randomized source of augmented images (top level, so that DataLoader workers can unpickle it)."""
+    transforms = [T.crop("randomside", side_ratio=0.7), T.scale(8, 8, 3), T.color(0.3, 0.3, 0.3)]
+    return MinibatchSource(
+        ImageDeserializer(map_file, streams(*transforms), channel_order="rgb"), max_sweeps=2, randomization_seed=3
+    )
+
+
+@pytest.mark.filterwarnings("ignore:Sparse invariant checks are implicitly disabled:UserWarning")
+def test_augmented_images_are_the_same_with_dataloader_workers(images: Path) -> None:
+    """cntkio.torch over random augmentation: DataLoader workers (processes, each with its own source) give the
+    batches of a single process, augmentation included, over two sweeps (each drawing anew)."""
+    torch_data = pytest.importorskip("torch.utils.data")
+    from cntkio.torch import MinibatchDataset
+
+    dataset = MinibatchDataset(functools.partial(augmented_source, str(images)), 5)
+
+    def batches(workers: int) -> list[tuple[list[Any], np.ndarray]]:
+        loader = torch_data.DataLoader(dataset, batch_size=None, num_workers=workers)
+        return [([key for _, key in b.keys], b.tensors["features"].numpy().copy()) for b in loader]
+
+    single, workers = batches(0), batches(2)
+    assert len(single) == len(workers) > 8
+    for (keys, pixels), (other_keys, other_pixels) in zip(single, workers):
+        assert keys == other_keys
+        np.testing.assert_array_equal(pixels, other_pixels)
+    seen: dict[Any, list[np.ndarray]] = {}
+    for keys, pixels in single:
+        for key, image in zip(keys, pixels):
+            seen.setdefault(key, []).append(image)
+    assert sorted(len(v) for v in seen.values()) == [2] * 24  # two sweeps, every image once in each
+    assert all(not np.array_equal(a, b) for a, b in seen.values())  # each sweep augments anew
