@@ -14,6 +14,7 @@ import numpy as np
 from .. import _native
 from ..deserializer import DenseStream, IndexedDeserializer, ParsedChunk, SequenceIndex, SparseStream
 from ..errors import ConfigError, ErrorBudget, FormatError, Location
+from ..index_cache import IndexCache
 from ..keys import KeyColumn, NumericKeys, TextKeys
 from ..streams import StreamInformation, iter_stream_defs, parse_precision
 from .data_file import DataFile, FileBacked
@@ -94,7 +95,9 @@ class CTFDeserializer(FileBacked, IndexedDeserializer):
         chunk_size_in_bytes: target chunk size; a sequence never spans chunks.
         precision: ``'float'`` (float32) or ``'double'`` (float64), any case.
         trace_level: 0 errors only, 1 warnings, 2 info.
-        cache_index: accepted; the on-disk index cache is not implemented yet (a warning says so).
+        cache_index: keep the index in a file next to the data (:mod:`cntkio.index_cache`) and load it on the
+            next open instead of scanning the file; a stale or corrupt cache is rebuilt with a warning.
+        index_cache_dir: where to keep index caches instead (for data in a read-only place).
         optional_inputs: allow a stream to be absent from a sequence (zero samples) instead of an error.
         compat: reproduce CNTK's quirks: index length = line count, blank lines are sequences in line
             mode, sparse entries kept unsorted with duplicates, errors counted on every re-read.
@@ -116,6 +119,7 @@ class CTFDeserializer(FileBacked, IndexedDeserializer):
         precision: str = "float",
         trace_level: int = 1,
         cache_index: bool = False,
+        index_cache_dir: str | os.PathLike[str] | None = None,
         optional_inputs: bool = False,
         compat: bool = False,
         keep_data_in_memory: bool = False,
@@ -128,7 +132,8 @@ class CTFDeserializer(FileBacked, IndexedDeserializer):
             {
                 "max_errors": max_errors, "skip_sequence_ids": skip_sequence_ids,
                 "chunk_size_in_bytes": chunk_size_in_bytes, "precision": precision, "trace_level": trace_level,
-                "optional_inputs": optional_inputs, "compat": compat,
+                "optional_inputs": optional_inputs, "compat": compat, "cache_index": cache_index,
+                "index_cache_dir": index_cache_dir,
             },
         )  # fmt: skip
         self._streams = _streams_from_defs(streams)
@@ -141,8 +146,8 @@ class CTFDeserializer(FileBacked, IndexedDeserializer):
         self.compat = bool(compat)
         self.trace_level = int(trace_level)
         self.errors = ErrorBudget(int(max_errors), self.trace_level, count_repeats=self.compat)
-        if cache_index:
-            logger.warning("cache_index=True: the on-disk index cache is not implemented yet; indexing in full")
+        self.cache_index = bool(cache_index)
+        self.index_cache_dir = None if index_cache_dir is None else os.fspath(index_cache_dir)
         if num_chunks_to_cache is not None:
             logger.warning("num_chunks_to_cache is ignored (as in CNTK); memory follows the randomization window")
         del keep_data_in_memory, frame_mode  # accepted for compatibility; they do not change CTF parsing
@@ -169,10 +174,17 @@ class CTFDeserializer(FileBacked, IndexedDeserializer):
 
     def _build_index(self) -> None:
         defining = next((i for i, s in enumerate(self._streams) if s.defines_mb_size), -1)
-        try:
-            index = self._native_index(defining)
-        except RuntimeError as error:  # an I/O error while reading the file
-            raise OSError(f"cannot index CTF file '{self.filename}': {error}") from None
+        cache = self._index_cache(defining) if self.cache_index else None
+        cached = cache.load() if cache is not None else None
+        index = _unflatten(cached, self.file_size) if cached is not None else None
+        if index is None:
+            try:
+                index = self._native_index(defining)
+            except RuntimeError as error:  # an I/O error while reading the file
+                raise OSError(f"cannot index CTF file '{self.filename}': {error}") from None
+            if cache is not None and not index["fatal"]:
+                self.data_file.check_unchanged("indexed")  # never cache an index of a file that changed meanwhile
+                cache.store(_flatten(index))
         if index["fatal"]:
             location = Location(
                 self.filename, int(index["fatal_offset"]), int(index["fatal_line"]) or None,
@@ -200,6 +212,13 @@ class CTFDeserializer(FileBacked, IndexedDeserializer):
                 "no sequence with data for the configured streams", Location(self.filename, int(index["begin"]))
             )
         self._warn_about_index()
+
+    def _index_cache(self, defining: int) -> IndexCache:
+        options = {
+            "streams": self._aliases, "defining": defining, "skip_sequence_ids": self.skip_sequence_ids,
+            "compat": self.compat, "optional_inputs": self.optional_inputs, "chunk_size": self.chunk_size_in_bytes,
+        }  # fmt: skip
+        return IndexCache(self.data_file, "ctf", options, self.index_cache_dir)
 
     def _native_index(self, defining: int) -> dict[str, Any]:
         return _native.ctf_index(
@@ -347,6 +366,45 @@ class CTFDeserializer(FileBacked, IndexedDeserializer):
             "skipped_lines": self.dropped_lines,
             "skipped_sequences": self.dropped_sequences,
         }
+
+
+def _flatten(index: dict[str, Any]) -> dict[str, Any]:
+    """The native index as arrays and scalars (what an index cache holds)."""
+    flat = {name: value for name, value in index.items() if name not in ("errors", "error_keys")}
+    flat.update({f"errors.{column}": values for column, values in index["errors"].items()})
+    keys = [bytes(key) for key in index["error_keys"]]
+    flat["error_keys.blob"] = np.frombuffer(b"".join(keys), dtype=np.uint8)
+    flat["error_keys.offsets"] = np.cumsum([0, *map(len, keys)], dtype=np.int64)
+    return flat
+
+
+def _unflatten(flat: dict[str, Any], file_size: int) -> dict[str, Any] | None:
+    """The native index from :func:`_flatten` 's form; None when something is missing or inconsistent (then the
+    file is indexed again)."""
+    required = (
+        "mode", "begin", "offsets", "ends", "lengths", "keys", "key_blob", "key_offsets", "chunk_starts",
+        "chunk_first_lines", "dropped_lines", "dropped_sequences", "total_lines", "repeated_keys", "fatal",
+        "error_keys.blob", "error_keys.offsets", "errors.offset", "errors.kind", "errors.stream", "errors.line",
+        "errors.column",
+    )  # fmt: skip
+    if any(name not in flat for name in required):
+        return None
+    index = {name: value for name, value in flat.items() if "." not in name}
+    index["errors"] = {name[len("errors.") :]: value for name, value in flat.items() if name.startswith("errors.")}
+    blob, bounds = bytes(flat["error_keys.blob"]), flat["error_keys.offsets"].tolist()
+    index["error_keys"] = [blob[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+    sequences = len(index["offsets"])
+    starts = index["chunk_starts"]
+    consistent = (
+        len(index["ends"]) == len(index["lengths"]) == sequences
+        and len(starts) >= 1 and int(starts[0]) == 0 and int(starts[-1]) == sequences
+        and bool(np.all(np.diff(starts) > 0))
+        and bool(np.all(index["lengths"] > 0))
+        and bool(np.all(index["offsets"] < index["ends"])) and int(index["ends"].max(initial=0)) <= file_size
+        and len(index["chunk_first_lines"]) == len(starts) - 1
+        and len(index["error_keys"]) == len(index["errors"]["offset"])
+    )  # fmt: skip
+    return index if consistent else None
 
 
 def _same(error: FormatError) -> FormatError:

@@ -1,0 +1,216 @@
+"""Persisted indexes (``cache_index=True``): a deserializer's index of a data file, written once and loaded on the
+next open instead of scanning the file again — CNTK's ``cacheIndex`` done so that it can be trusted.
+
+A cache file holds the index arrays and a few scalars, with a header naming the format version, the index kind and
+the options that shape the index, and the identity of the data file it was built from: size, modification time
+and CRC-32 checksums of its first and last 64 KiB. It ends with a CRC-32 of everything before. A cache is used
+only when all of that matches; otherwise (stale, corrupt, truncated, another version or other options) the index
+is built again with a warning and the cache rewritten. Writing is atomic (a temporary file in the same directory,
+flushed, then renamed over the old one), so a reader never sees a half-written cache and concurrent writers leave
+one complete file. Caches go next to the data file (``<data file>.<options digest>.cntkio-index``), or into
+``index_cache_dir`` (for read-only data), named after the data file's absolute path. A cache that cannot be
+written (read-only directory, full disk) is a warning, never an error.
+
+Layout (little-endian)::
+
+    "CNTKIOIX"  uint32 format version  uint32 header bytes  header (JSON, UTF-8)  zero padding to 64
+    array 0 (padded to 64) ... array n-1 (padded to 64)
+    uint64 bytes before the trailer  uint32 CRC-32 of them  "IXND"
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import struct
+import tempfile
+import zlib
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .formats.data_file import DataFile
+
+logger = logging.getLogger("cntkio")
+
+__all__ = ["IndexCache"]
+
+FORMAT_VERSION = 1
+MAGIC = b"CNTKIOIX"
+END = b"IXND"
+SUFFIX = ".cntkio-index"
+ALIGN = 64
+PROBE_BYTES = 64 << 10  # the data file's first and last bytes checksummed
+_PREFIX = struct.Struct("<8sII")
+_TRAILER = struct.Struct("<QI4s")
+_SCALARS = (bool, int, float, str, type(None))
+
+
+class IndexCache:
+    """The persisted index of one data file for one index ``kind`` and set of ``options``.
+
+    Example::
+
+        cache = IndexCache(data_file, "ctf", {"streams": [...], "chunk_size": 32 << 20}, directory=None)
+        index = cache.load()            # None: missing, stale or corrupt (a warning says which but missing)
+        if index is None:
+            index = build_index()
+            cache.store(index)          # arrays (numpy) and JSON scalars
+    """
+
+    def __init__(self, data_file: DataFile, kind: str, options: Mapping[str, Any], directory: str | None = None):
+        self.data_file = data_file
+        self.kind = kind
+        self.options = json.loads(json.dumps(options, sort_keys=True))  # plain JSON values, compared as loaded
+        digest = hashlib.sha256(json.dumps([kind, self.options], sort_keys=True).encode()).hexdigest()[:12]
+        data_path = os.path.abspath(data_file.path)
+        if directory is None:
+            self.path = f"{data_path}.{digest}{SUFFIX}"
+        else:
+            where = hashlib.sha256(data_path.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+            self.path = os.path.join(os.fspath(directory), f"{os.path.basename(data_path)}.{where}.{digest}{SUFFIX}")
+
+    # --- identity of the data ----------------------------------------------------------------------------------
+    def _identity(self) -> dict[str, Any]:
+        """Size, modification time and checksums of the first and last bytes of the data file as opened."""
+        size = self.data_file.size
+        head = os.pread(self.data_file.fd, min(PROBE_BYTES, size), 0)
+        tail = os.pread(self.data_file.fd, min(PROBE_BYTES, size), max(0, size - PROBE_BYTES))
+        return {
+            "size": size,
+            "mtime_ns": self.data_file.identity[3],
+            "head": zlib.crc32(head),
+            "tail": zlib.crc32(tail),
+        }
+
+    # --- loading -----------------------------------------------------------------------------------------------
+    def load(self) -> dict[str, Any] | None:
+        """The cached index, or None when there is no cache or it cannot be used (a warning says why)."""
+        try:
+            with open(self.path, "rb") as file:
+                content = bytearray(os.fstat(file.fileno()).st_size)
+                view = memoryview(content)
+                got = 0
+                while got < len(content):
+                    count = file.readinto(view[got:])
+                    if not count:
+                        break
+                    got += count
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            logger.warning(
+                "index cache %s cannot be read (%s): indexing %s again", self.path, error, self.data_file.path
+            )
+            return None
+        try:
+            return self._parse(content[:got])
+        except _Unusable as reason:
+            logger.warning("index cache %s is %s: indexing %s again", self.path, reason, self.data_file.path)
+            return None
+
+    def _parse(self, content: bytearray) -> dict[str, Any]:
+        if len(content) < _PREFIX.size + _TRAILER.size:
+            raise _Unusable("truncated")
+        magic, version, header_bytes = _PREFIX.unpack_from(content, 0)
+        if magic != MAGIC:
+            raise _Unusable("not a cntkio index cache")
+        length, crc, end = _TRAILER.unpack_from(content, len(content) - _TRAILER.size)
+        if end != END or length != len(content) - _TRAILER.size:
+            raise _Unusable("truncated")
+        if zlib.crc32(memoryview(content)[:length]) != crc:
+            raise _Unusable("corrupt (checksum mismatch)")
+        if version != FORMAT_VERSION:
+            raise _Unusable(f"of format version {version}, not {FORMAT_VERSION}")
+        try:
+            header = json.loads(bytes(content[_PREFIX.size : _PREFIX.size + header_bytes]))
+        except ValueError:
+            raise _Unusable("corrupt (header)") from None
+        if header.get("kind") != self.kind or header.get("options") != self.options:
+            raise _Unusable("for other options")
+        if header.get("data") != self._identity():
+            raise _Unusable("stale (the data file changed since it was written)")
+        index: dict[str, Any] = dict(header.get("scalars", {}))
+        for entry in header.get("arrays", []):
+            offset, count = int(entry["offset"]), int(np.prod(entry["shape"], dtype=np.int64))
+            dtype = np.dtype(entry["dtype"])
+            if offset < 0 or offset + count * dtype.itemsize > length:
+                raise _Unusable("corrupt (an array lies outside the file)")
+            index[entry["name"]] = np.frombuffer(content, dtype=dtype, count=count, offset=offset).reshape(
+                entry["shape"]
+            )
+        return index
+
+    # --- storing -----------------------------------------------------------------------------------------------
+    def store(self, index: Mapping[str, Any]) -> bool:
+        """Writes ``index`` (NumPy arrays and JSON scalars) atomically; False (with a warning) when it cannot."""
+        arrays = {name: np.ascontiguousarray(value) for name, value in index.items() if isinstance(value, np.ndarray)}
+        scalars = {name: value for name, value in index.items() if name not in arrays}
+        for name, value in scalars.items():
+            if not isinstance(value, _SCALARS):
+                raise TypeError(f"index cache: {name!r} is neither an array nor a JSON scalar ({type(value).__name__})")
+        entries: list[dict[str, Any]] = []
+        offset = 0
+        for name, array in arrays.items():
+            if array.dtype.hasobject:
+                raise TypeError(f"index cache: array {name!r} holds Python objects")
+            entries.append({"name": name, "dtype": array.dtype.str, "shape": list(array.shape), "at": offset})
+            offset += _padded(array.nbytes)
+        header = {"kind": self.kind, "options": self.options, "data": self._identity(), "scalars": scalars}
+        # Offsets in the file depend on the header's length, which depends on the offsets: lay the arrays out
+        # after a header written with the final offsets (their digits only grow the header, so iterate to a fix).
+        base = 0
+        while True:
+            header["arrays"] = [
+                {"name": e["name"], "dtype": e["dtype"], "shape": e["shape"], "offset": base + e["at"]} for e in entries
+            ]
+            text = json.dumps(header, sort_keys=True).encode()
+            start = _padded(_PREFIX.size + len(text))
+            if start == base:
+                break
+            base = start
+        directory = os.path.dirname(self.path) or "."
+        temporary = None
+        try:
+            os.makedirs(directory, exist_ok=True)
+            descriptor, temporary = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=directory)
+            with os.fdopen(descriptor, "wb") as file:
+                crc = 0
+                for piece in _pieces(text, start, arrays.values()):
+                    file.write(piece)
+                    crc = zlib.crc32(piece, crc)
+                file.write(_TRAILER.pack(start + offset, crc, END))
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(temporary, self.path)
+            temporary = None
+            return True
+        except OSError as error:
+            logger.warning("index cache %s cannot be written (%s); the index is used without it", self.path, error)
+            return False
+        finally:
+            if temporary is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
+
+
+class _Unusable(Exception):
+    """Why a cache file cannot be used."""
+
+
+def _padded(size: int) -> int:
+    return (size + ALIGN - 1) // ALIGN * ALIGN
+
+
+def _pieces(header: bytes, start: int, arrays: Any) -> Any:
+    """The bytes of the file up to the trailer, piece by piece (arrays without copies)."""
+    yield _PREFIX.pack(MAGIC, FORMAT_VERSION, len(header)) + header + bytes(start - _PREFIX.size - len(header))
+    for array in arrays:
+        data = memoryview(array.reshape(-1).view(np.uint8))
+        yield data
+        yield bytes(_padded(len(data)) - len(data))

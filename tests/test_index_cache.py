@@ -1,0 +1,174 @@
+"""Persisted CTF indexes (``cache_index=True``, :mod:`cntkio.index_cache`): used when valid, rebuilt with a warning
+when stale, corrupt, truncated or of another version, written atomically (also by concurrent processes), kept in
+``index_cache_dir`` when asked, and giving exactly the minibatches (and counted errors) of a fresh index."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import struct
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from cntkio import CTFDeserializer, MinibatchSource, StreamDef, StreamDefs
+
+STREAMS = StreamDefs(x=StreamDef(field="x", shape=2), y=StreamDef(field="y", shape=5, is_sparse=True))
+
+
+def write_ctf(path: Path, sequences: int, bad_line: bool = False) -> Path:
+    lines = []
+    for s in range(sequences):
+        for t in range(1 + s % 3):
+            lines.append(f"{s} |x {s}.5 {t} |y {s % 5}:1")
+        if bad_line and s == 3:
+            lines.append(f"{s} |x oops 1")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def caches(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*.cntkio-index"))
+
+
+def everything(deserializer: CTFDeserializer) -> tuple[list[Any], np.ndarray, np.ndarray]:
+    source = MinibatchSource(deserializer, randomize=False, max_sweeps=1)
+    minibatch = source.next_minibatch(10**6)
+    return [key for _, key in minibatch.sequence_keys], minibatch["x"].values, minibatch["y"].indices
+
+
+def test_the_second_open_uses_the_cache_and_reads_the_same(tmp_path: Path) -> None:
+    data = write_ctf(tmp_path / "a.ctf", 40)
+    fresh = everything(CTFDeserializer(data, STREAMS))
+    first = CTFDeserializer(data, STREAMS, cache_index=True, chunk_size_in_bytes=200)
+    assert len(caches(tmp_path)) == 1
+    cached = CTFDeserializer(data, STREAMS, cache_index=True, chunk_size_in_bytes=200)
+    assert cached.num_chunks() == first.num_chunks() > 3
+    for got in (everything(first), everything(cached)):
+        assert got[0] == fresh[0]
+        np.testing.assert_array_equal(got[1], fresh[1])
+        np.testing.assert_array_equal(got[2], fresh[2])
+
+
+def test_the_cache_is_what_the_index_comes_from(tmp_path: Path) -> None:
+    """Proof that the cache is used: the middle of the file rewritten with the same size, modification time, first
+    and last 64 KiB (what the cache checks) still reads with the cached sequence boundaries. (This is the
+    documented limit of the check; any other change is detected.)"""
+    data = write_ctf(tmp_path / "a.ctf", 6000)
+    text = data.read_bytes()
+    CTFDeserializer(data, STREAMS, cache_index=True)
+    stat = data.stat()
+    middle = len(text) // 2
+    changed = text[:middle] + text[middle:].replace(b"\n", b" ", 1)  # joins two lines in the middle
+    assert len(changed) == len(text) and middle > 70_000 and len(text) - middle > 70_000
+    data.write_bytes(changed)
+    os.utime(data, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    cached = CTFDeserializer(data, STREAMS, cache_index=True)
+    rescanned = CTFDeserializer(data, STREAMS)
+    assert cached.sequence_index().num_sequences != rescanned.sequence_index().num_sequences or (
+        cached.sequence_index().lengths.tolist() != rescanned.sequence_index().lengths.tolist()
+    )
+
+
+@pytest.mark.parametrize("damage", ["bit flip", "truncated", "empty", "other version", "garbage"])
+def test_a_damaged_cache_is_rebuilt_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: str):
+    data = write_ctf(tmp_path / "a.ctf", 50)
+    fresh = everything(CTFDeserializer(data, STREAMS))
+    CTFDeserializer(data, STREAMS, cache_index=True)
+    (cache,) = caches(tmp_path)
+    content = bytearray(cache.read_bytes())
+    if damage == "bit flip":
+        content[len(content) // 2] ^= 0x10
+    elif damage == "truncated":
+        content = content[: len(content) - 100]
+    elif damage == "empty":
+        content = bytearray()
+    elif damage == "other version":
+        content[8:12] = struct.pack("<I", 99)
+        length = len(content) - 16
+        content[length + 8 : length + 12] = struct.pack("<I", zlib.crc32(content[:length]))
+    else:
+        content = bytearray(b"not an index at all" * 10)
+    cache.write_bytes(bytes(content))
+    with caplog.at_level(logging.WARNING, logger="cntkio"):
+        rebuilt = CTFDeserializer(data, STREAMS, cache_index=True)
+    assert any("index cache" in r.message and "indexing" in r.message for r in caplog.records), caplog.text
+    got = everything(rebuilt)
+    assert got[0] == fresh[0]
+    np.testing.assert_array_equal(got[1], fresh[1])
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="cntkio"):
+        CTFDeserializer(data, STREAMS, cache_index=True)  # rewritten: valid again
+    assert not caplog.records
+
+
+def test_a_changed_data_file_is_indexed_again(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    data = write_ctf(tmp_path / "a.ctf", 30)
+    CTFDeserializer(data, STREAMS, cache_index=True)
+    with data.open("a") as f:
+        f.write("999 |x 1 2 |y 0:1\n")
+    with caplog.at_level(logging.WARNING, logger="cntkio"):
+        reader = CTFDeserializer(data, STREAMS, cache_index=True)
+    assert "stale" in caplog.text
+    assert everything(reader)[0][-1] == 999
+
+
+def test_options_that_shape_the_index_get_their_own_cache(tmp_path: Path) -> None:
+    data = write_ctf(tmp_path / "a.ctf", 30)
+    small = CTFDeserializer(data, STREAMS, cache_index=True, chunk_size_in_bytes=100)
+    large = CTFDeserializer(data, STREAMS, cache_index=True)
+    assert len(caches(tmp_path)) == 2
+    assert CTFDeserializer(data, STREAMS, cache_index=True, chunk_size_in_bytes=100).num_chunks() == small.num_chunks()
+    assert CTFDeserializer(data, STREAMS, cache_index=True).num_chunks() == large.num_chunks() == 1
+
+
+def test_index_cache_dir_keeps_the_data_folder_untouched(tmp_path: Path) -> None:
+    data_dir, cache_dir = tmp_path / "data", tmp_path / "caches" / "ctf"
+    data_dir.mkdir()
+    data = write_ctf(data_dir / "a.ctf", 20)
+    CTFDeserializer(data, STREAMS, cache_index=True, index_cache_dir=cache_dir)
+    assert caches(data_dir) == [] and len(caches(cache_dir)) == 1
+    other = write_ctf(tmp_path / "a.ctf", 25)  # the same name elsewhere: a cache of its own
+    CTFDeserializer(other, STREAMS, cache_index=True, index_cache_dir=cache_dir)
+    assert len(caches(cache_dir)) == 2
+    assert len(everything(CTFDeserializer(data, STREAMS, cache_index=True, index_cache_dir=cache_dir))[0]) == 20
+
+
+def test_a_cache_that_cannot_be_written_is_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    data = write_ctf(tmp_path / "a.ctf", 20)
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache folder should be")
+    with caplog.at_level(logging.WARNING, logger="cntkio"):
+        reader = CTFDeserializer(data, STREAMS, cache_index=True, index_cache_dir=blocker / "sub")
+    assert "cannot be written" in caplog.text
+    assert len(everything(reader)[0]) == 20
+
+
+def test_errors_counted_while_indexing_are_counted_from_the_cache_too(tmp_path: Path) -> None:
+    data = write_ctf(tmp_path / "a.ctf", 20, bad_line=True)
+    fresh = CTFDeserializer(data, STREAMS, max_errors=5)
+    everything(fresh)
+    CTFDeserializer(data, STREAMS, max_errors=5, cache_index=True)
+    cached = CTFDeserializer(data, STREAMS, max_errors=5, cache_index=True)
+    assert everything(cached)[0] == everything(CTFDeserializer(data, STREAMS, max_errors=5))[0]
+    assert cached.errors.count == fresh.errors.count >= 1
+
+
+def _open_with_cache(path: str) -> int:
+    return CTFDeserializer(path, STREAMS, cache_index=True).sequence_index().num_sequences
+
+
+def test_concurrent_writers_leave_one_complete_cache(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    data = write_ctf(tmp_path / "a.ctf", 3000)
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        counts = pool.map(_open_with_cache, [str(data)] * 8)
+    assert counts == [3000] * 8
+    assert len(caches(tmp_path)) == 1
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+    with caplog.at_level(logging.WARNING, logger="cntkio"):
+        assert _open_with_cache(str(data)) == 3000
+    assert not caplog.records
