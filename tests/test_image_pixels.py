@@ -172,3 +172,40 @@ def test_colour_after_mean_matches_opencv_with_negative_values(tmp_path):
     hsv[:, :, 1] = np.minimum(hsv[:, :, 1] * 1.5, 1)
     np.testing.assert_allclose(out, cv2.cvtColor(hsv, cv2.COLOR_HSV2BGR), rtol=1e-4, atol=1e-3)
     assert math.isfinite(float(out.sum()))
+
+
+def test_grayscale_pipelines_that_materialise_pixels_mid_way():
+    """Grayscale images whose pipeline needs pixels before the end (a pending flip before a resize or a pad, a
+    colour or mean before a crop or scale) go through HW x 1 views (stride 0 on the last axis): they were refused
+    as not contiguous."""
+    rng = np.random.default_rng(6)
+    gray = rng.integers(0, 256, (30, 40), dtype=np.uint8)
+    pipelines = [
+        [T.crop("multiview10", crop_size=20), T.scale(16, 16, 1)],
+        [T.crop("multiview10", crop_size=20), T.scale(16, 12, 1, scale_mode="pad", pad_value=0)],
+        [T.color(0.3, 0.3), T.crop("center", crop_size=20), T.scale(10, 10, 1)],
+    ]
+    for transforms in pipelines:
+        pipeline = ImagePipeline(transforms, grayscale=True)
+        for view in (0, 7):
+            out = pipeline.run(gray, RandomDraws((1, 2, 3)), view)
+            assert out.shape[0] == 1 and np.isfinite(out).all() and out.min() >= 0 and out.max() <= 255
+    options: dict = {"grayscale": True, "dtype": np.uint8, "layout": "hwc"}
+    mirrored = ImagePipeline(pipelines[0], **options).run(gray, RandomDraws(), 7)
+    corner = ImagePipeline(pipelines[0][:1], **options).run(gray, RandomDraws(), 2)[:, :, 0]  # view 7 = 2, mirrored
+    expected = ImagePipeline(pipelines[0][1:], **options).run(np.ascontiguousarray(corner[:, ::-1]), RandomDraws())
+    np.testing.assert_array_equal(mirrored, expected)
+
+
+def test_views_with_negative_strides_and_relaxed_out_strides_are_accepted():
+    rng = np.random.default_rng(7)
+    image = rng.integers(0, 256, (12, 16, 3), dtype=np.uint8)
+    pipeline = ImagePipeline([T.crop("center", crop_size=8)], layout="hwc", dtype=np.uint8)
+    for view in (image[:, :, ::-1], image[::-1], image[:, ::-1]):
+        np.testing.assert_array_equal(pipeline.run(view), pipeline.run(np.ascontiguousarray(view)))
+    gray = ImagePipeline([], grayscale=True)
+    out = np.empty((5, 4, 1), np.float32).transpose(2, 0, 1)  # C-contiguous for NumPy: its length-1 axis is free
+    assert out.flags.c_contiguous
+    source = rng.integers(0, 256, (5, 4), dtype=np.uint8)
+    gray.run(source, out=out)
+    np.testing.assert_array_equal(out[0], source)

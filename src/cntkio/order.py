@@ -92,7 +92,7 @@ class SweepOrder:
             self._starts = exclusive_cumsum(size)[:-1].astype(np.float64)  # randomized start of each rank
             self._window = float(max(r.window, 1))
             self._ends = self._starts + self._window  # each rank's keys lie in [start, end)
-            window_chunks = self._window / (float(size.mean()) if count else 1.0)
+            window_chunks = self._window / max(float(size.mean()) if count else 1.0, 1.0)
             bounds = np.unique(np.concatenate([self._starts, self._ends]))
             self._bounds = _merged_bounds(bounds, corpus.num_units, window_chunks)
             # (next block, ranks opened, keys >= its lower bound of the opened ranks, their units): see _shuffled_block

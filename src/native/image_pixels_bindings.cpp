@@ -28,6 +28,18 @@ PixelType pixel_type(const A& a, const char* what) {
   throw nb::type_error((std::string(what) + " must be uint8, float32 or float64").c_str());
 }
 
+// C-contiguous as NumPy means it: the strides of axes longer than 1 are those of a dense row-major array (a
+// length-1 axis may have any stride, e.g. the 0 of `a[:, :, None]`).
+template <class A>
+bool c_contiguous(const A& a) {
+  int64_t expected = 1;
+  for (size_t axis = a.ndim(); axis-- > 0;) {
+    if (a.shape(axis) > 1 && a.stride(axis) != expected) return false;
+    expected *= static_cast<int64_t>(a.shape(axis));
+  }
+  return true;
+}
+
 int64_t itemsize(PixelType type) { return type == PixelType::kUInt8 ? 1 : type == PixelType::kFloat32 ? 4 : 8; }
 
 // (1, alpha, brightness) | (2, factor) | (3, mean array) | (4, shift0, shift1, shift2)
@@ -59,9 +71,9 @@ PixelOp parse_op(nb::handle item, PixelType work, int64_t height, int64_t width,
       const bool shaped = mean.ndim() == 3 && static_cast<int64_t>(mean.shape(0)) == height &&
                           static_cast<int64_t>(mean.shape(1)) == width &&
                           static_cast<int64_t>(mean.shape(2)) == channels;
-      const bool contiguous =
-          shaped && mean.stride(2) == 1 && mean.stride(1) == channels && mean.stride(0) == width * channels;
-      if (!contiguous) throw nb::value_error("the mean image must be a C-contiguous height x width x channels array");
+      if (!shaped || !c_contiguous(mean)) {
+        throw nb::value_error("the mean image must be a C-contiguous height x width x channels array");
+      }
       if (pixel_type(mean, "the mean image") != work) {
         throw nb::type_error("the mean image must be of the working type (float64 for float64 output, else float32)");
       }
@@ -96,7 +108,7 @@ void image_pixels(AnyArray source, bool flip, nb::list ops, OutArray out, bool c
   }
   src.row_stride = source.stride(0) * size;
   src.col_stride = source.stride(1) * size;
-  src.channel_stride = source.stride(2) * size;
+  src.channel_stride = src.channels == 1 ? size : source.stride(2) * size;  // (a length-1 axis: any stride)
   src.data = static_cast<const uint8_t*>(source.data());
   src.flip = flip;
 
@@ -112,10 +124,7 @@ void image_pixels(AnyArray source, bool flip, nb::list ops, OutArray out, bool c
                                                  static_cast<int64_t>(out.shape(1)) == w &&
                                                  static_cast<int64_t>(out.shape(2)) == c));
   if (!shaped) throw nb::value_error("out does not have the source's size in the requested layout");
-  if (out.stride(2) != 1 || out.stride(1) != static_cast<int64_t>(out.shape(2)) ||
-      out.stride(0) != static_cast<int64_t>(out.shape(1) * out.shape(2))) {
-    throw nb::value_error("out must be C-contiguous");
-  }
+  if (!c_contiguous(out)) throw nb::value_error("out must be C-contiguous");
   dst.data = static_cast<uint8_t*>(out.data());
 
   const PixelType work = dst.type == PixelType::kFloat64 ? PixelType::kFloat64 : PixelType::kFloat32;

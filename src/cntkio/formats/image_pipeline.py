@@ -348,6 +348,8 @@ class ImagePipeline:
             raise ValueError(f"expected a uint8 (or float) image, got {img.dtype}")
         if img.shape[0] == 0 or img.shape[1] == 0:
             raise ValueError(f"empty image of shape {img.shape}")
+        if any(stride < 0 for stride in img.strides):  # (the native pass reads forward strides only)
+            img = np.ascontiguousarray(img)
         if draws is None:
             draws = RandomDraws()
         # The image so far is ``img`` mirrored left-right when ``flip``, then ``ops`` (native per-pixel operations):
