@@ -92,8 +92,8 @@ class IndexCache:
     def load(self) -> dict[str, Any] | None:
         """The cached index, or None when there is no cache or it cannot be used (a warning says why)."""
         try:
-            with open(self.path, "rb") as file:
-                content = bytearray(os.fstat(file.fileno()).st_size)
+            with open(self.path, "rb", buffering=0) as file:
+                content = np.empty(os.fstat(file.fileno()).st_size, dtype=np.uint8)  # not zero-filled: read over
                 view = memoryview(content)
                 got = 0
                 while got < len(content):
@@ -114,7 +114,7 @@ class IndexCache:
             logger.warning("index cache %s is %s: indexing %s again", self.path, reason, self.data_file.path)
             return None
 
-    def _parse(self, content: bytearray) -> dict[str, Any]:
+    def _parse(self, content: np.ndarray) -> dict[str, Any]:
         if len(content) < _PREFIX.size + _TRAILER.size:
             raise _Unusable("truncated")
         magic, version, header_bytes = _PREFIX.unpack_from(content, 0)
@@ -123,12 +123,12 @@ class IndexCache:
         length, crc, end = _TRAILER.unpack_from(content, len(content) - _TRAILER.size)
         if end != END or length != len(content) - _TRAILER.size:
             raise _Unusable("truncated")
-        if zlib.crc32(memoryview(content)[:length]) != crc:
+        if zlib.crc32(content[:length]) != crc:
             raise _Unusable("corrupt (checksum mismatch)")
         if version != FORMAT_VERSION:
             raise _Unusable(f"of format version {version}, not {FORMAT_VERSION}")
         try:
-            header = json.loads(bytes(content[_PREFIX.size : _PREFIX.size + header_bytes]))
+            header = json.loads(content[_PREFIX.size : _PREFIX.size + header_bytes].tobytes())
         except ValueError:
             raise _Unusable("corrupt (header)") from None
         if header.get("kind") != self.kind or header.get("options") != self.options:
@@ -141,9 +141,7 @@ class IndexCache:
             dtype = np.dtype(entry["dtype"])
             if offset < 0 or offset + count * dtype.itemsize > length:
                 raise _Unusable("corrupt (an array lies outside the file)")
-            index[entry["name"]] = np.frombuffer(content, dtype=dtype, count=count, offset=offset).reshape(
-                entry["shape"]
-            )
+            index[entry["name"]] = content[offset : offset + count * dtype.itemsize].view(dtype).reshape(entry["shape"])
         return index
 
     # --- storing -----------------------------------------------------------------------------------------------

@@ -371,6 +371,17 @@ class CTFDeserializer(FileBacked, IndexedDeserializer):
 def _flatten(index: dict[str, Any]) -> dict[str, Any]:
     """The native index as arrays and scalars (what an index cache holds)."""
     flat = {name: value for name, value in index.items() if name not in ("errors", "error_keys")}
+    # smaller on disk (so quicker to load and check): byte sizes instead of end offsets, and no keys when they are
+    # the sequence numbers (files without ids)
+    sizes = index["ends"] - index["offsets"]
+    if int(sizes.max(initial=0)) < 2**32:
+        flat["sizes"] = sizes.astype(np.uint32)
+        del flat["ends"]
+    keys = index["keys"]
+    if len(keys) and keys.dtype.kind in "iu" and int(keys[0]) == 0 and int(keys[-1]) == len(keys) - 1:
+        if bool(np.all(np.diff(keys) == 1)):
+            flat["keys"] = None
+            flat["keys.dtype"] = keys.dtype.str
     flat.update({f"errors.{column}": values for column, values in index["errors"].items()})
     keys = [bytes(key) for key in index["error_keys"]]
     flat["error_keys.blob"] = np.frombuffer(b"".join(keys), dtype=np.uint8)
@@ -381,6 +392,11 @@ def _flatten(index: dict[str, Any]) -> dict[str, Any]:
 def _unflatten(flat: dict[str, Any], file_size: int) -> dict[str, Any] | None:
     """The native index from :func:`_flatten` 's form; None when something is missing or inconsistent (then the
     file is indexed again)."""
+    flat = dict(flat)
+    if "sizes" in flat and "ends" not in flat:
+        flat["ends"] = flat.pop("sizes").astype(np.int64) + flat["offsets"]
+    if flat.get("keys", 0) is None and "keys.dtype" in flat:
+        flat["keys"] = np.arange(len(flat["offsets"]), dtype=np.dtype(flat.pop("keys.dtype")))
     required = (
         "mode", "begin", "offsets", "ends", "lengths", "keys", "key_blob", "key_offsets", "chunk_starts",
         "chunk_first_lines", "dropped_lines", "dropped_sequences", "total_lines", "repeated_keys", "fatal",
