@@ -8,14 +8,13 @@ import logging
 import multiprocessing
 import os
 import struct
-import zlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from cntkio import CTFDeserializer, MinibatchSource, StreamDef, StreamDefs
+from cntkio import CTFDeserializer, MinibatchSource, StreamDef, StreamDefs, _native
 
 STREAMS = StreamDefs(x=StreamDef(field="x", shape=2), y=StreamDef(field="y", shape=5, is_sparse=True))
 
@@ -90,7 +89,7 @@ def test_a_damaged_cache_is_rebuilt_with_a_warning(tmp_path: Path, caplog: pytes
     elif damage == "other version":
         content[8:12] = struct.pack("<I", 99)
         length = len(content) - 16
-        content[length + 8 : length + 12] = struct.pack("<I", zlib.crc32(content[:length]))
+        content[length + 8 : length + 12] = struct.pack("<I", _native.crc32c(bytes(content[:length])))
     else:
         content = bytearray(b"not an index at all" * 10)
     cache.write_bytes(bytes(content))

@@ -3,8 +3,8 @@ next open instead of scanning the file again — CNTK's ``cacheIndex`` done so t
 
 A cache file holds the index arrays and a few scalars, with a header naming the format version, the index kind and
 the options that shape the index, and the identity of the data file it was built from: size, modification time
-and CRC-32 checksums of its first and last 64 KiB. It ends with a CRC-32 of everything before. A cache is used
-only when all of that matches; otherwise (stale, corrupt, truncated, another version or other options) the index
+and CRC-32C checksums of its first and last 64 KiB. It ends with a CRC-32C (hardware) of everything before. A cache
+is used only when all of that matches; otherwise (stale, corrupt, truncated, another version or other options) the index
 is built again with a warning and the cache rewritten. Writing is atomic (a temporary file in the same directory,
 flushed, then renamed over the old one), so a reader never sees a half-written cache and concurrent writers leave
 one complete file. Caches go next to the data file (``<data file>.<options digest>.cntkio-index``), or into
@@ -15,7 +15,7 @@ Layout (little-endian)::
 
     "CNTKIOIX"  uint32 format version  uint32 header bytes  header (JSON, UTF-8)  zero padding to 64
     array 0 (padded to 64) ... array n-1 (padded to 64)
-    uint64 bytes before the trailer  uint32 CRC-32 of them  "IXND"
+    uint64 bytes before the trailer  uint32 CRC-32C of them  "IXND"
 """
 
 from __future__ import annotations
@@ -27,11 +27,12 @@ import logging
 import os
 import struct
 import tempfile
-import zlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from . import _native
 
 if TYPE_CHECKING:
     from .formats.data_file import DataFile
@@ -84,8 +85,8 @@ class IndexCache:
         return {
             "size": size,
             "mtime_ns": self.data_file.identity[3],
-            "head": zlib.crc32(head),
-            "tail": zlib.crc32(tail),
+            "head": _native.crc32c(head),
+            "tail": _native.crc32c(tail),
         }
 
     # --- loading -----------------------------------------------------------------------------------------------
@@ -94,7 +95,7 @@ class IndexCache:
         try:
             with open(self.path, "rb", buffering=0) as file:
                 content = np.empty(os.fstat(file.fileno()).st_size, dtype=np.uint8)  # not zero-filled: read over
-                view = memoryview(content)
+                view = content.data
                 got = 0
                 while got < len(content):
                     count = file.readinto(view[got:])
@@ -117,13 +118,13 @@ class IndexCache:
     def _parse(self, content: np.ndarray) -> dict[str, Any]:
         if len(content) < _PREFIX.size + _TRAILER.size:
             raise _Unusable("truncated")
-        magic, version, header_bytes = _PREFIX.unpack_from(content, 0)
+        magic, version, header_bytes = _PREFIX.unpack_from(content.data, 0)
         if magic != MAGIC:
             raise _Unusable("not a cntkio index cache")
-        length, crc, end = _TRAILER.unpack_from(content, len(content) - _TRAILER.size)
+        length, crc, end = _TRAILER.unpack_from(content.data, len(content) - _TRAILER.size)
         if end != END or length != len(content) - _TRAILER.size:
             raise _Unusable("truncated")
-        if zlib.crc32(content[:length]) != crc:
+        if _native.crc32c(content[:length]) != crc:
             raise _Unusable("corrupt (checksum mismatch)")
         if version != FORMAT_VERSION:
             raise _Unusable(f"of format version {version}, not {FORMAT_VERSION}")
@@ -181,7 +182,7 @@ class IndexCache:
                 crc = 0
                 for piece in _pieces(text, start, arrays.values()):
                     file.write(piece)
-                    crc = zlib.crc32(piece, crc)
+                    crc = _native.crc32c(piece, crc)
                 file.write(_TRAILER.pack(start + offset, crc, END))
                 file.flush()
                 os.fsync(file.fileno())

@@ -48,10 +48,13 @@ nb::ndarray<nb::numpy, int64_t> records_bad_crcs(nb::bytes buffer, OffsetArray s
   return cntkio::to_numpy(std::move(bad));
 }
 
-uint32_t records_crc32c(nb::bytes data, uint32_t crc, bool portable) {
-  const auto* p = reinterpret_cast<const uint8_t*>(data.c_str());
+// Any C-contiguous bytes-like object (bytes, bytearray, memoryview, a uint8 array), read without a copy.
+uint32_t records_crc32c(nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> data, uint32_t crc,
+                        bool portable) {
+  const uint8_t* p = data.data();
+  const size_t size = data.shape(0);
   nb::gil_scoped_release release;
-  return portable ? crc32c_portable(p, data.size(), crc) : crc32c(p, data.size(), crc);
+  return portable ? crc32c_portable(p, size, crc) : crc32c(p, size, crc);
 }
 
 }  // namespace

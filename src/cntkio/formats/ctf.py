@@ -378,10 +378,10 @@ def _flatten(index: dict[str, Any]) -> dict[str, Any]:
         flat["sizes"] = sizes.astype(np.uint32)
         del flat["ends"]
     keys = index["keys"]
-    if len(keys) and keys.dtype.kind in "iu" and int(keys[0]) == 0 and int(keys[-1]) == len(keys) - 1:
-        if bool(np.all(np.diff(keys) == 1)):
-            flat["keys"] = None
-            flat["keys.dtype"] = keys.dtype.str
+    numbered = len(keys) and keys.dtype.kind in "iu" and int(keys[0]) == 0 and int(keys[-1]) == len(keys) - 1
+    if numbered and bool(np.all(np.diff(keys) == 1)):
+        flat["keys"] = None
+        flat["keys.dtype"] = keys.dtype.str
     flat.update({f"errors.{column}": values for column, values in index["errors"].items()})
     keys = [bytes(key) for key in index["error_keys"]]
     flat["error_keys.blob"] = np.frombuffer(b"".join(keys), dtype=np.uint8)
