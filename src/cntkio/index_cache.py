@@ -138,11 +138,16 @@ class IndexCache:
             raise _Unusable("stale (the data file changed since it was written)")
         index: dict[str, Any] = dict(header.get("scalars", {}))
         for entry in header.get("arrays", []):
-            offset, count = int(entry["offset"]), int(np.prod(entry["shape"], dtype=np.int64))
-            dtype = np.dtype(entry["dtype"])
-            if offset < 0 or offset + count * dtype.itemsize > length:
+            dtype, shape = np.dtype(entry["dtype"]), entry["shape"]
+            if "constant" in entry:
+                index[entry["name"]] = np.full(shape, entry["constant"], dtype=dtype)
+                continue
+            offset, count = int(entry["offset"]), int(np.prod(shape, dtype=np.int64))
+            stored = np.dtype(entry["stored"])
+            if offset < 0 or offset + count * stored.itemsize > length:
                 raise _Unusable("corrupt (an array lies outside the file)")
-            index[entry["name"]] = content[offset : offset + count * dtype.itemsize].view(dtype).reshape(entry["shape"])
+            array = content[offset : offset + count * stored.itemsize].view(stored).reshape(shape)
+            index[entry["name"]] = array if stored == dtype else array.astype(dtype)
         return index
 
     # --- storing -----------------------------------------------------------------------------------------------
@@ -154,19 +159,29 @@ class IndexCache:
             if not isinstance(value, _SCALARS):
                 raise TypeError(f"index cache: {name!r} is neither an array nor a JSON scalar ({type(value).__name__})")
         entries: list[dict[str, Any]] = []
+        stored: list[np.ndarray] = []
         offset = 0
         for name, array in arrays.items():
             if array.dtype.hasobject:
                 raise TypeError(f"index cache: array {name!r} holds Python objects")
-            entries.append({"name": name, "dtype": array.dtype.str, "shape": list(array.shape), "at": offset})
-            offset += _padded(array.nbytes)
+            entry: dict[str, Any] = {"name": name, "dtype": array.dtype.str, "shape": list(array.shape)}
+            compact, constant = _compact(array)
+            if constant is not None:
+                entry["constant"] = constant
+            else:
+                entry.update({"stored": compact.dtype.str, "at": offset})
+                stored.append(compact)
+                offset += _padded(compact.nbytes)
+            entries.append(entry)
         header = {"kind": self.kind, "options": self.options, "data": self._identity(), "scalars": scalars}
         # Offsets in the file depend on the header's length, which depends on the offsets: lay the arrays out
         # after a header written with the final offsets (their digits only grow the header, so iterate to a fix).
         base = 0
         while True:
             header["arrays"] = [
-                {"name": e["name"], "dtype": e["dtype"], "shape": e["shape"], "offset": base + e["at"]} for e in entries
+                {key: value for key, value in e.items() if key != "at"}
+                | ({"offset": base + e["at"]} if "at" in e else {})
+                for e in entries
             ]
             text = json.dumps(header, sort_keys=True).encode()
             start = _padded(_PREFIX.size + len(text))
@@ -180,7 +195,7 @@ class IndexCache:
             descriptor, temporary = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=directory)
             with os.fdopen(descriptor, "wb") as file:
                 crc = 0
-                for piece in _pieces(text, start, arrays.values()):
+                for piece in _pieces(text, start, stored):
                     file.write(piece)
                     crc = _native.crc32c(piece, crc)
                 file.write(_TRAILER.pack(start + offset, crc, END))
@@ -200,6 +215,21 @@ class IndexCache:
 
 class _Unusable(Exception):
     """Why a cache file cannot be used."""
+
+
+def _compact(array: np.ndarray) -> tuple[np.ndarray, int | float | bool | None]:
+    """How an array is stored: (the array in the narrowest integer type holding its values, None), or (it, the
+    value) when every element has that one value (then nothing is stored)."""
+    if array.size and array.dtype.kind in "iub":
+        low, high = array.min(), array.max()
+        if low == high:
+            return array, low.item()
+        if array.dtype.kind in "iu":
+            for narrow in (np.uint8, np.int8, np.uint16, np.int16, np.uint32, np.int32):
+                info = np.iinfo(narrow)
+                if np.dtype(narrow).itemsize < array.dtype.itemsize and info.min <= low and high <= info.max:
+                    return array.astype(narrow), None
+    return array, None
 
 
 def _padded(size: int) -> int:
