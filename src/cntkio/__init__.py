@@ -22,6 +22,7 @@ from .source import (
     MinibatchSource,
     TraceLevel,
 )
+from .stats import ReaderStats
 from .streams import Record, StreamConfiguration, StreamDef, StreamDefs, StreamInformation
 from .user import MinibatchSourceFromData, UserDataError, UserDeserializer, UserMinibatchSource
 from .writer import sequence_to_cntk_text_format
@@ -54,6 +55,7 @@ __all__ = [
     "MinibatchData",
     "MinibatchSource",
     "MinibatchSourceFromData",
+    "ReaderStats",
     "Record",
     "RecordDeserializer",
     "SparseStream",

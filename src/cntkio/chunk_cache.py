@@ -10,6 +10,7 @@ arrays gets a clear error, never wrong data.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -19,6 +20,7 @@ from . import _native
 from .corpus import ChunkKey, Corpus, LoadKey
 from .deserializer import SparseStream, StreamData
 from .errors import CNTKIOError, ConfigError
+from .stats import StageClock
 from .streams import StreamInformation
 
 
@@ -31,9 +33,10 @@ class ChunkCache:
     ``threads`` background parsers prefetch chunks; 0 parses on demand in the calling thread.
     """
 
-    def __init__(self, corpus: Corpus, threads: int):
+    def __init__(self, corpus: Corpus, threads: int, clock: StageClock | None = None):
         self.corpus = corpus
         self.threads = threads
+        self.clock = clock if clock is not None else StageClock()
         self.store = _native.ChunkStore(
             [
                 [(info.is_sparse, _width(info), info.dtype.kind, info.dtype.itemsize) for info in corpus.streams_of(d)]
@@ -73,8 +76,10 @@ class ChunkCache:
                 else:
                     self._executor.submit(self._load_into, key, future)
             waiting.append(future)
-        for future in waiting:
-            future.result()
+        if waiting:
+            with self.clock.timing("wait"):
+                for future in waiting:
+                    future.result()
 
     def prefetch(self, plan: list[tuple[np.ndarray, np.ndarray]]) -> None:
         """Starts loading chunks in the background if they are not cached yet: per deserializer, slots and the
@@ -162,7 +167,9 @@ class ChunkCache:
             number, slot
         )
         source = deserializer.source_name
-        data = deserializer.get_chunk_of_sweep(chunk_id, sweep)  # sweep 0 unless the chunks vary by sweep
+        with self.clock.timing("parse"):
+            data = deserializer.get_chunk_of_sweep(chunk_id, sweep)  # sweep 0 unless the chunks vary by sweep
+        loading = time.perf_counter()
         starts = deserializer.sequence_index().chunk_starts
         sequences = int(starts[chunk_id + 1] - starts[chunk_id])
         columns = []
@@ -177,6 +184,7 @@ class ChunkCache:
             )
         except ValueError as error:
             raise CNTKIOError(f"{source}: chunk {chunk_id} is malformed: {error}") from None
+        self.clock.add("load", time.perf_counter() - loading)
 
     def close(self) -> None:
         """Stops background parsing; later requests raise ``ValueError``."""

@@ -5,9 +5,11 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+import logging
 import math
 import os
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -25,7 +27,21 @@ from .errors import CNTKIOError, ConfigError
 from .join import JoinReport, LengthMismatch
 from .minibatch import Minibatch, MinibatchData
 from .order import Randomization
+from .stats import ReaderStats, StageClock
 from .streams import Record, StreamInformation
+
+logger = logging.getLogger("cntkio")
+
+_READ_STAGES = ("randomize", "plan", "wait", "assemble")  # timed inside a read; the rest of a read is "handoff"
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the system tells it, else the CPU count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
 
 INFINITELY_REPEAT = 2**64 - 1
 FULL_DATA_SWEEP = 2**64 - 2
@@ -133,10 +149,15 @@ class MinibatchSource:
             seed=int(randomization_seed),
             compat=bool(compat),
         )
+        self.trace_level = 1 if trace_level is None else int(trace_level)
+        self._clock = StageClock()
+        started = time.perf_counter()
         self.data_slice = parse_slice(data_slice, self._deserializer.sequence_index().num_sequences)
         self._corpus = Corpus(
             deserializers, self.data_slice, self.frame_mode, strict=bool(strict), length_mismatch=length_mismatch
         )
+        indexing = sum(float(getattr(d, "index_seconds", 0.0)) for d in deserializers)
+        self._clock.add("index", time.perf_counter() - started + indexing, len(deserializers))
         self._check_aligned()
         if self._corpus.sweep_dependent and self.truncation_length:
             raise ConfigError(
@@ -151,8 +172,8 @@ class MinibatchSource:
         self._epoch = 0
         self._epoch_end = self._compute_epoch_end()
         self._cursor = Cursor(self._corpus, self.randomization)
-        threads = num_parse_threads if num_parse_threads is not None else min(2, os.cpu_count() or 1)
-        self._cache = ChunkCache(self._corpus, threads if prefetch else 0)
+        threads = num_parse_threads if num_parse_threads is not None else available_cores()
+        self._cache = ChunkCache(self._corpus, threads if prefetch else 0, self._clock)
         self._assembler = Assembler(self._corpus, self._cache)
         self._slots = BpttSlots(self.truncation_length)
         self._planned: tuple[Any, ...] | None = None  # the block whose chunks are loaded
@@ -241,6 +262,12 @@ class MinibatchSource:
         the first few keys (``str()`` describes it). None for a single deserializer."""
         return self._corpus.join_report
 
+    def stats(self) -> ReaderStats:
+        """Where the time went so far: seconds and counts per stage (index, parse, load, randomize, plan, wait,
+        assemble, handoff) and the share of time the consumer spent waiting in ``next_minibatch``
+        (:class:`~cntkio.stats.ReaderStats`; ``print(source.stats())`` shows a table)."""
+        return self._clock.snapshot()
+
     @property
     def invalid_sequences_skipped(self) -> int:
         """Units (frames or BPTT pieces) skipped because a counted error left their sequence short."""
@@ -265,9 +292,18 @@ class MinibatchSource:
         partitions, index = self._check_partition(num_data_partitions, partition_index)
         with self._lock:
             self._check_open()
+            started = time.perf_counter()
+            before = self._clock.total(_READ_STAGES)
             result = self._read(minibatch_size_in_samples, partitions, index, True)
-        if not isinstance(result, Minibatch):
-            return {}
+            ended = time.perf_counter()
+            self._clock.add("handoff", max(0.0, ended - started - (self._clock.total(_READ_STAGES) - before)))
+            if not isinstance(result, Minibatch):
+                self._clock.read(started, ended, 0, 0)
+                return {}
+            samples = max((int(d.num_samples) for d in result.values()), default=0)
+            self._clock.read(started, ended, samples, len(result.provenance.units))
+            if self.trace_level >= 2 and any(d.end_of_sweep for d in result.values()):
+                logger.info("%s: sweep ended; where the time went:\n%s", self._deserializer.source_name, self.stats())
         if input_map is None:
             return result
         mapped = Minibatch(
@@ -328,9 +364,10 @@ class MinibatchSource:
         versioned = self._corpus.sweep_dependent  # then a read spans at most the sweeps whose chunks are held
         skipped, sweep_ended = 0, False
         while True:
-            selection = self._cursor.select(
-                budget, partitions, index, self._epoch_end, SWEEP_VERSIONS if versioned else None
-            )
+            with self._clock.timing("randomize"):
+                selection = self._cursor.select(
+                    budget, partitions, index, self._epoch_end, SWEEP_VERSIONS if versioned else None
+                )
             if not len(selection.units):
                 return None
             if not gather:
@@ -343,7 +380,8 @@ class MinibatchSource:
             self._load(selection)
             sweeps = selection.sweeps() if versioned else None
             sweep_ended = sweep_ended or bool(selection.sweep_ends)
-            minibatch = self._assembler.minibatch(selection.units, selection.chunks, sweep_ended, sweeps=sweeps)
+            with self._clock.timing("assemble"):
+                minibatch = self._assembler.minibatch(selection.units, selection.chunks, sweep_ended, sweeps=sweeps)
             if len(minibatch.provenance.units):
                 return minibatch
             skipped += len(selection.units)
@@ -360,7 +398,8 @@ class MinibatchSource:
         self._slots.resize(total_slots // partitions + (index < total_slots % partitions))
 
         def fetch() -> tuple[np.ndarray, np.ndarray, list[int]]:
-            selection = self._cursor.select(minibatch_size, partitions, index, self._epoch_end)
+            with self._clock.timing("randomize"):
+                selection = self._cursor.select(minibatch_size, partitions, index, self._epoch_end)
             return selection.units, selection.lengths, selection.sweep_ends
 
         end_of_sweep = self._slots.fill(fetch)
@@ -371,7 +410,10 @@ class MinibatchSource:
             return True
         chunks = self._corpus.chunk_of_units(units)
         self._load(Selection(units, chunks, counts, []), extra=self._slots.units())
-        return self._assembler.minibatch(units, chunks, end_of_sweep, (offsets, counts, rows), len(self._slots.slots))
+        with self._clock.timing("assemble"):
+            return self._assembler.minibatch(
+                units, chunks, end_of_sweep, (offsets, counts, rows), len(self._slots.slots)
+            )
 
     def _load(self, selection: Selection, extra: list[int] | None = None) -> None:
         """Makes sure the chunks of the selection are loaded, drops the chunks no read needs any more and
@@ -384,6 +426,14 @@ class MinibatchSource:
         if plan == self._planned and extra is None:
             return  # the read stayed in the block planned when the cursor entered it
         self._planned = plan
+        started, waited = time.perf_counter(), self._clock.seconds["wait"]
+        try:
+            self._plan_loads(selection, extra)
+        finally:
+            self._clock.add("plan", time.perf_counter() - started - (self._clock.seconds["wait"] - waited))
+
+    def _plan_loads(self, selection: Selection, extra: list[int] | None) -> None:
+        cursor = self._cursor
         corpus = self._corpus
         chunks_per_sweep = max(corpus.num_chunks, 1)
         versioned = corpus.sweep_dependent

@@ -6,6 +6,7 @@ import enum
 import functools
 import logging
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,11 +161,13 @@ class CTFDeserializer(FileBacked, IndexedDeserializer):
         self._aliases = [(s.alias, s.sparse, s.dim) for s in self._streams]
         self._noted_chunks: set[int] = set()  # chunks whose warnings were logged (once, not every sweep)
         self._open()
+        started = time.perf_counter()
         try:
             self._build_index()
         except BaseException:
             self.close()
             raise
+        self.index_seconds = time.perf_counter() - started  # (from the cache or a scan; MinibatchSource.stats)
 
     # ----------------------------------------------------------------------------------- index
     def _open(self) -> None:
