@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("cntkio")
 
-__all__ = ["IndexCache"]
+__all__ = ["IndexCache", "narrowest"]
 
 FORMAT_VERSION = 1
 MAGIC = b"CNTKIOIX"
@@ -217,19 +217,24 @@ class _Unusable(Exception):
     """Why a cache file cannot be used."""
 
 
+def narrowest(array: np.ndarray) -> np.ndarray:
+    """An integer array in the narrowest integer type that holds its values (itself when none is narrower)."""
+    if not array.size or array.dtype.kind not in "iu":
+        return array
+    low, high = array.min(), array.max()
+    for narrow in (np.uint8, np.int8, np.uint16, np.int16, np.uint32, np.int32):
+        info = np.iinfo(narrow)
+        if np.dtype(narrow).itemsize < array.dtype.itemsize and info.min <= low and high <= info.max:
+            return array.astype(narrow)
+    return array
+
+
 def _compact(array: np.ndarray) -> tuple[np.ndarray, int | float | bool | None]:
-    """How an array is stored: (the array in the narrowest integer type holding its values, None), or (it, the
-    value) when every element has that one value (then nothing is stored)."""
-    if array.size and array.dtype.kind in "iub":
-        low, high = array.min(), array.max()
-        if low == high:
-            return array, low.item()
-        if array.dtype.kind in "iu":
-            for narrow in (np.uint8, np.int8, np.uint16, np.int16, np.uint32, np.int32):
-                info = np.iinfo(narrow)
-                if np.dtype(narrow).itemsize < array.dtype.itemsize and info.min <= low and high <= info.max:
-                    return array.astype(narrow), None
-    return array, None
+    """How an array is stored: (it in the narrowest integer type holding its values, None), or (it, the value)
+    when every element has that one value (then nothing is stored)."""
+    if array.size and array.dtype.kind in "iub" and array.min() == array.max():
+        return array, array.reshape(-1)[0].item()
+    return narrowest(array), None
 
 
 def _padded(size: int) -> int:

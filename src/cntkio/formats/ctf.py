@@ -15,8 +15,8 @@ import numpy as np
 from .. import _native
 from ..deserializer import DenseStream, IndexedDeserializer, ParsedChunk, SequenceIndex, SparseStream
 from ..errors import ConfigError, ErrorBudget, FormatError, Location
-from ..index_cache import IndexCache
-from ..keys import KeyColumn, NumericKeys, TextKeys
+from ..index_cache import IndexCache, narrowest
+from ..keys import KeyColumn, NumericKeys, RangeKeys, TextKeys
 from ..streams import StreamInformation, iter_stream_defs, parse_precision
 from .data_file import DataFile, FileBacked
 
@@ -182,7 +182,7 @@ class CTFDeserializer(FileBacked, IndexedDeserializer):
         index = _unflatten(cached, self.file_size) if cached is not None else None
         if index is None:
             try:
-                index = self._native_index(defining)
+                index = _compact_ranges(self._native_index(defining))
             except RuntimeError as error:  # an I/O error while reading the file
                 raise OSError(f"cannot index CTF file '{self.filename}': {error}") from None
             if cache is not None and not index["fatal"]:
@@ -196,11 +196,14 @@ class CTFDeserializer(FileBacked, IndexedDeserializer):
             raise FormatError(index["fatal"], location)
         self.data_file.check_unchanged("indexed")
         self.id_mode = IdMode(int(index["mode"]))
+        # byte ranges of the sequences: offsets and sizes in the narrowest types that hold them (8 + 8 bytes a
+        # sequence as int64 offsets and ends, typically 4 + 2)
         self._offsets: np.ndarray = index["offsets"]
-        self._ends: np.ndarray = index["ends"]
+        self._sizes: np.ndarray = index["sizes"]
         lengths: np.ndarray = index["lengths"]
         self._keys: KeyColumn = (
             TextKeys(index["key_blob"], index["key_offsets"]) if self.id_mode == IdMode.TEXT
+            else RangeKeys(0, len(self._offsets)) if index["keys"] is None
             else NumericKeys(index["keys"])
         )  # fmt: skip
         self._chunk_first_lines: np.ndarray = index["chunk_first_lines"]
@@ -271,7 +274,9 @@ class CTFDeserializer(FileBacked, IndexedDeserializer):
 
     def get_chunk(self, chunk_id: int) -> ParsedChunk:
         a, b = self._chunk_range(chunk_id)
-        start, end = int(self._offsets[a]), int(self._ends[b - 1])
+        starts = self._offsets[a:b].astype(np.int64)
+        ends = starts + self._sizes[a:b]
+        start, end = int(starts[0]), int(ends[-1])
         self.data_file.check_unchanged("indexed")
         try:
             streams, errors, stats = _native.ctf_parse(
@@ -279,8 +284,8 @@ class CTFDeserializer(FileBacked, IndexedDeserializer):
                 start,
                 end,
                 int(self._chunk_first_lines[chunk_id]),
-                self._offsets[a:b] - start,
-                self._ends[a:b] - start,
+                starts - start,
+                ends - start,
                 int(self.id_mode),
                 self._aliases,
                 self.dtype == np.float64,
@@ -371,20 +376,21 @@ class CTFDeserializer(FileBacked, IndexedDeserializer):
         }
 
 
-def _flatten(index: dict[str, Any]) -> dict[str, Any]:
-    """The native index as arrays and scalars (what an index cache holds)."""
-    flat = {name: value for name, value in index.items() if name not in ("errors", "error_keys")}
-    # smaller on disk (so quicker to load and check): byte sizes instead of end offsets, and no keys when they are
-    # the sequence numbers (files without ids)
-    sizes = index["ends"] - index["offsets"]
-    if int(sizes.max(initial=0)) < 2**32:
-        flat["sizes"] = sizes.astype(np.uint32)
-        del flat["ends"]
-    keys = index["keys"]
+def _compact_ranges(index: dict[str, Any]) -> dict[str, Any]:
+    """The native index with its byte ranges as offsets and sizes in the narrowest types that hold them, and no
+    keys (None) when they are the sequence numbers (files without ids)."""
+    offsets, ends, keys = index.pop("offsets"), index.pop("ends"), index["keys"]
+    index["offsets"] = narrowest(offsets)
+    index["sizes"] = narrowest(ends - offsets)
     numbered = len(keys) and keys.dtype.kind in "iu" and int(keys[0]) == 0 and int(keys[-1]) == len(keys) - 1
     if numbered and bool(np.all(np.diff(keys) == 1)):
-        flat["keys"] = None
-        flat["keys.dtype"] = keys.dtype.str
+        index["keys"] = None
+    return index
+
+
+def _flatten(index: dict[str, Any]) -> dict[str, Any]:
+    """The index as arrays and scalars (what an index cache holds)."""
+    flat = {name: value for name, value in index.items() if name not in ("errors", "error_keys")}
     flat.update({f"errors.{column}": values for column, values in index["errors"].items()})
     keys = [bytes(key) for key in index["error_keys"]]
     flat["error_keys.blob"] = np.frombuffer(b"".join(keys), dtype=np.uint8)
@@ -393,15 +399,10 @@ def _flatten(index: dict[str, Any]) -> dict[str, Any]:
 
 
 def _unflatten(flat: dict[str, Any], file_size: int) -> dict[str, Any] | None:
-    """The native index from :func:`_flatten` 's form; None when something is missing or inconsistent (then the
-    file is indexed again)."""
-    flat = dict(flat)
-    if "sizes" in flat and "ends" not in flat:
-        flat["ends"] = flat.pop("sizes").astype(np.int64) + flat["offsets"]
-    if flat.get("keys", 0) is None and "keys.dtype" in flat:
-        flat["keys"] = np.arange(len(flat["offsets"]), dtype=np.dtype(flat.pop("keys.dtype")))
+    """The index from :func:`_flatten` 's form; None when something is missing or does not fit together (then
+    the file is indexed again). The cache's checksum vouches for the bytes; these checks are O(chunks)."""
     required = (
-        "mode", "begin", "offsets", "ends", "lengths", "keys", "key_blob", "key_offsets", "chunk_starts",
+        "mode", "begin", "offsets", "sizes", "lengths", "keys", "key_blob", "key_offsets", "chunk_starts",
         "chunk_first_lines", "dropped_lines", "dropped_sequences", "total_lines", "repeated_keys", "fatal",
         "error_keys.blob", "error_keys.offsets", "errors.offset", "errors.kind", "errors.stream", "errors.line",
         "errors.column",
@@ -412,14 +413,15 @@ def _unflatten(flat: dict[str, Any], file_size: int) -> dict[str, Any] | None:
     index["errors"] = {name[len("errors.") :]: value for name, value in flat.items() if name.startswith("errors.")}
     blob, bounds = bytes(flat["error_keys.blob"]), flat["error_keys.offsets"].tolist()
     index["error_keys"] = [blob[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
-    sequences = len(index["offsets"])
+    offsets, sizes, keys = index["offsets"], index["sizes"], index["keys"]
+    sequences = len(offsets)
     starts = index["chunk_starts"]
     consistent = (
-        len(index["ends"]) == len(index["lengths"]) == sequences
-        and len(starts) >= 1 and int(starts[0]) == 0 and int(starts[-1]) == sequences
+        sequences > 0 and len(sizes) == len(index["lengths"]) == sequences
+        and (keys is None or len(keys) == sequences)
+        and len(starts) >= 2 and int(starts[0]) == 0 and int(starts[-1]) == sequences
         and bool(np.all(np.diff(starts) > 0))
-        and bool(np.all(index["lengths"] > 0))
-        and bool(np.all(index["offsets"] < index["ends"])) and int(index["ends"].max(initial=0)) <= file_size
+        and int(offsets[-1]) + int(sizes[-1]) <= file_size and int(offsets[0]) >= 0
         and len(index["chunk_first_lines"]) == len(starts) - 1
         and len(index["error_keys"]) == len(index["errors"]["offset"])
     )  # fmt: skip
