@@ -76,10 +76,11 @@ class ChunkCache:
                 else:
                     self._executor.submit(self._load_into, key, future)
             waiting.append(future)
-        if waiting:
-            with self.clock.timing("wait"):
-                for future in waiting:
-                    future.result()
+        started = time.perf_counter()
+        for future in waiting:
+            future.result()
+        self.clock.wait += time.perf_counter() - started  # (only the reading thread calls ensure)
+        self.clock.waits += 1
 
     def prefetch(self, plan: list[tuple[np.ndarray, np.ndarray]]) -> None:
         """Starts loading chunks in the background if they are not cached yet: per deserializer, slots and the
@@ -167,8 +168,8 @@ class ChunkCache:
             number, slot
         )
         source = deserializer.source_name
-        with self.clock.timing("parse"):
-            data = deserializer.get_chunk_of_sweep(chunk_id, sweep)  # sweep 0 unless the chunks vary by sweep
+        started = time.perf_counter()
+        data = deserializer.get_chunk_of_sweep(chunk_id, sweep)  # sweep 0 unless the chunks vary by sweep
         loading = time.perf_counter()
         starts = deserializer.sequence_index().chunk_starts
         sequences = int(starts[chunk_id + 1] - starts[chunk_id])
@@ -184,7 +185,7 @@ class ChunkCache:
             )
         except ValueError as error:
             raise CNTKIOError(f"{source}: chunk {chunk_id} is malformed: {error}") from None
-        self.clock.add("load", time.perf_counter() - loading)
+        self.clock.add_chunk(loading - started, time.perf_counter() - loading)
 
     def close(self) -> None:
         """Stops background parsing; later requests raise ``ValueError``."""

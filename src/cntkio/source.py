@@ -32,8 +32,6 @@ from .streams import Record, StreamInformation
 
 logger = logging.getLogger("cntkio")
 
-_READ_STAGES = ("randomize", "plan", "wait", "assemble")  # timed inside a read; the rest of a read is "handoff"
-
 
 def available_cores() -> int:
     """The cores this process may run on (its CPU affinity where the system tells it, else the CPU count)."""
@@ -177,6 +175,7 @@ class MinibatchSource:
         self._assembler = Assembler(self._corpus, self._cache)
         self._slots = BpttSlots(self.truncation_length)
         self._planned: tuple[Any, ...] | None = None  # the block whose chunks are loaded
+        self._marks = [0.0, 0.0, 0.0]  # perf_counter when a read's selection, chunk plan and gather ended
         self._lock = threading.RLock()
         self._fingerprint_text = self._fingerprint()
         self._closed = False
@@ -292,16 +291,14 @@ class MinibatchSource:
         partitions, index = self._check_partition(num_data_partitions, partition_index)
         with self._lock:
             self._check_open()
-            started = time.perf_counter()
-            before = self._clock.total(_READ_STAGES)
+            clock, marks = self._clock, self._marks
+            marks[0] = marks[1] = marks[2] = started = time.perf_counter()
+            waited = clock.wait
             result = self._read(minibatch_size_in_samples, partitions, index, True)
-            ended = time.perf_counter()
-            self._clock.add("handoff", max(0.0, ended - started - (self._clock.total(_READ_STAGES) - before)))
+            sequences = len(result.provenance.units) if isinstance(result, Minibatch) else 0
+            clock.read(started, marks[0], marks[1], clock.wait - waited, marks[2], time.perf_counter(), sequences)
             if not isinstance(result, Minibatch):
-                self._clock.read(started, ended, 0, 0)
                 return {}
-            samples = max((int(d.num_samples) for d in result.values()), default=0)
-            self._clock.read(started, ended, samples, len(result.provenance.units))
             if self.trace_level >= 2 and any(d.end_of_sweep for d in result.values()):
                 logger.info("%s: sweep ended; where the time went:\n%s", self._deserializer.source_name, self.stats())
         if input_map is None:
@@ -364,10 +361,11 @@ class MinibatchSource:
         versioned = self._corpus.sweep_dependent  # then a read spans at most the sweeps whose chunks are held
         skipped, sweep_ended = 0, False
         while True:
-            with self._clock.timing("randomize"):
-                selection = self._cursor.select(
-                    budget, partitions, index, self._epoch_end, SWEEP_VERSIONS if versioned else None
-                )
+            selection = self._cursor.select(
+                budget, partitions, index, self._epoch_end, SWEEP_VERSIONS if versioned else None
+            )
+            marks = self._marks
+            marks[0] = marks[1] = marks[2] = time.perf_counter()  # (stage ends, for the stage clock)
             if not len(selection.units):
                 return None
             if not gather:
@@ -378,10 +376,11 @@ class MinibatchSource:
                     f"as invalid; see the errors counted under max_errors)"
                 )
             self._load(selection)
+            marks[1] = marks[2] = time.perf_counter()
             sweeps = selection.sweeps() if versioned else None
             sweep_ended = sweep_ended or bool(selection.sweep_ends)
-            with self._clock.timing("assemble"):
-                minibatch = self._assembler.minibatch(selection.units, selection.chunks, sweep_ended, sweeps=sweeps)
+            minibatch = self._assembler.minibatch(selection.units, selection.chunks, sweep_ended, sweeps=sweeps)
+            marks[2] = time.perf_counter()
             if len(minibatch.provenance.units):
                 return minibatch
             skipped += len(selection.units)
@@ -398,8 +397,7 @@ class MinibatchSource:
         self._slots.resize(total_slots // partitions + (index < total_slots % partitions))
 
         def fetch() -> tuple[np.ndarray, np.ndarray, list[int]]:
-            with self._clock.timing("randomize"):
-                selection = self._cursor.select(minibatch_size, partitions, index, self._epoch_end)
+            selection = self._cursor.select(minibatch_size, partitions, index, self._epoch_end)
             return selection.units, selection.lengths, selection.sweep_ends
 
         end_of_sweep = self._slots.fill(fetch)
@@ -408,12 +406,16 @@ class MinibatchSource:
         units, offsets, counts, rows = row_layout(self._slots.cut())
         if not gather:
             return True
+        marks = self._marks
+        marks[0] = marks[1] = marks[2] = time.perf_counter()
         chunks = self._corpus.chunk_of_units(units)
         self._load(Selection(units, chunks, counts, []), extra=self._slots.units())
-        with self._clock.timing("assemble"):
-            return self._assembler.minibatch(
-                units, chunks, end_of_sweep, (offsets, counts, rows), len(self._slots.slots)
-            )
+        marks[1] = marks[2] = time.perf_counter()
+        minibatch = self._assembler.minibatch(
+            units, chunks, end_of_sweep, (offsets, counts, rows), len(self._slots.slots)
+        )
+        marks[2] = time.perf_counter()
+        return minibatch
 
     def _load(self, selection: Selection, extra: list[int] | None = None) -> None:
         """Makes sure the chunks of the selection are loaded, drops the chunks no read needs any more and
@@ -426,14 +428,6 @@ class MinibatchSource:
         if plan == self._planned and extra is None:
             return  # the read stayed in the block planned when the cursor entered it
         self._planned = plan
-        started, waited = time.perf_counter(), self._clock.seconds["wait"]
-        try:
-            self._plan_loads(selection, extra)
-        finally:
-            self._clock.add("plan", time.perf_counter() - started - (self._clock.seconds["wait"] - waited))
-
-    def _plan_loads(self, selection: Selection, extra: list[int] | None) -> None:
-        cursor = self._cursor
         corpus = self._corpus
         chunks_per_sweep = max(corpus.num_chunks, 1)
         versioned = corpus.sweep_dependent

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,54 +30,62 @@ STAGES = ("index", "parse", "load", "randomize", "plan", "wait", "assemble", "ha
 
 
 class StageClock:
-    """Thread-safe accumulators of seconds and counts per stage, and of the consumer's time in the reader."""
+    """Accumulated seconds and counts per stage, and the consumer's time in the reader.
+
+    The reading thread's stages (randomize, plan, wait, assemble, handoff) are added by that thread alone (reads are
+    serialised by the source's lock) and cost a few ``perf_counter`` calls and one :meth:`read` per minibatch; the
+    parse threads add ``parse`` and ``load`` under a lock, once per chunk.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.seconds = dict.fromkeys(STAGES, 0.0)
         self.counts = dict.fromkeys(STAGES, 0)
-        self.minibatches = self.samples = self.sequences = 0
+        self.wait = 0.0  # the reading thread's seconds waiting for chunks (ensure), read back to split "plan"
+        self.waits = 0
+        self.minibatches = self.sequences = 0
         self.in_reader = 0.0
         self.first_read: float | None = None
-        self.last_return: float | None = None
 
     def add(self, stage: str, seconds: float, count: int = 1) -> None:
-        with self._lock:
-            self.seconds[stage] += seconds
-            self.counts[stage] += count
+        """Adds to a stage of the reading thread (or of construction)."""
+        self.seconds[stage] += seconds
+        self.counts[stage] += count
 
-    @contextmanager
-    def timing(self, stage: str) -> Iterator[None]:
-        """Adds the time of the ``with`` block to ``stage``."""
-        started = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.add(stage, time.perf_counter() - started)
-
-    def total(self, stages: tuple[str, ...]) -> float:
+    def add_chunk(self, parse: float, load: float) -> None:
+        """A chunk parsed (``parse`` seconds) and loaded into the store (``load``), from any thread."""
         with self._lock:
-            return sum(self.seconds[stage] for stage in stages)
+            self.seconds["parse"] += parse
+            self.seconds["load"] += load
+            self.counts["parse"] += 1
+            self.counts["load"] += 1
 
-    def read(self, started: float, ended: float, samples: int, sequences: int) -> None:
-        """One call of ``next_minibatch`` from ``started`` to ``ended`` (perf_counter) that gave a minibatch."""
-        with self._lock:
-            if self.first_read is None:
-                self.first_read = started
-            self.last_return = ended
-            self.in_reader += ended - started
-            if sequences:
-                self.minibatches += 1
-                self.samples += samples
-                self.sequences += sequences
+    def read(self, started: float, selected: float, planned: float, waited: float, assembled: float, ended: float,
+             sequences: int) -> None:  # fmt: skip
+        """One ``next_minibatch`` call, by its time stamps (perf_counter): selected (randomize), planned (the chunk
+        plan, of which ``waited`` seconds waiting for chunks), assembled (the gather), ended; ``sequences`` 0 when
+        the read gave nothing."""
+        seconds = self.seconds
+        seconds["randomize"] += selected - started
+        seconds["plan"] += planned - selected - waited
+        seconds["assemble"] += assembled - planned
+        seconds["handoff"] += ended - assembled
+        self.in_reader += ended - started
+        if self.first_read is None:
+            self.first_read = started
+        if sequences:
+            self.minibatches += 1
+            self.sequences += sequences
 
     def snapshot(self) -> ReaderStats:
         with self._lock:
             elapsed = 0.0 if self.first_read is None else time.perf_counter() - self.first_read
-            return ReaderStats(
-                dict(self.seconds), dict(self.counts), self.minibatches, self.samples, self.sequences,
-                self.in_reader, elapsed,
-            )  # fmt: skip
+            seconds, counts = dict(self.seconds), dict(self.counts)
+        seconds["wait"] += self.wait
+        counts["wait"] += self.waits
+        for stage in ("randomize", "plan", "assemble", "handoff"):
+            counts[stage] += self.minibatches
+        return ReaderStats(seconds, counts, self.minibatches, self.sequences, self.in_reader, elapsed)
 
 
 @dataclass(frozen=True)
@@ -97,7 +103,6 @@ class ReaderStats:
     seconds: dict[str, float] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     minibatches: int = 0
-    samples: int = 0
     sequences: int = 0
     in_reader: float = 0.0  # the consumer's seconds inside next_minibatch
     elapsed: float = 0.0  # seconds since the first next_minibatch call
@@ -110,13 +115,13 @@ class ReaderStats:
     def as_dict(self) -> dict[str, Any]:
         return {
             "seconds": dict(self.seconds), "counts": dict(self.counts), "minibatches": self.minibatches,
-            "samples": self.samples, "sequences": self.sequences, "in_reader": self.in_reader,
+            "sequences": self.sequences, "in_reader": self.in_reader,
             "elapsed": self.elapsed, "reader_fraction": self.reader_fraction,
         }  # fmt: skip
 
     def __str__(self) -> str:
         lines = [
-            f"{self.minibatches} minibatches, {self.sequences} sequences, {self.samples} samples in "
+            f"{self.minibatches} minibatches, {self.sequences} sequences in "
             f"{self.elapsed:.3f} s; the consumer waited in the reader {self.in_reader:.3f} s "
             f"({100 * self.reader_fraction:.1f} %)",
             f"{'stage':<10} {'seconds':>10} {'count':>9}",
