@@ -17,6 +17,7 @@ import numpy as np
 
 from .assemble import Assembler
 from .bptt import BpttSlots, row_layout
+from .budget import BudgetReport, window_within
 from .checkpoint import CHECKPOINT_VERSION, merge_checkpoints, seal, validate
 from .chunk_cache import ChunkCache
 from .corpus import SWEEP_VERSIONS, Corpus
@@ -61,7 +62,11 @@ class MinibatchSource:
 
     Same arguments and defaults as ``cntk.io.MinibatchSource``, plus keyword-only extras:
     ``compat`` (CNTK's exact randomization order), ``data_slice`` (read only a deterministic slice of
-    the sequences, e.g. ``"[10%:20%]"`` or ``"[:5000]"``), ``prefetch`` and ``num_parse_threads``.
+    the sequences, e.g. ``"[10%:20%]"`` or ``"[:5000]"``), ``prefetch``, ``num_parse_threads`` (default: the cores
+    this process may use) and ``memory_budget_bytes`` (the parsed data held — window, prefetch — stays within it:
+    the randomization window is shrunk to what fits, logged and reported in :attr:`memory_budget`; a budget that
+    cannot hold one chunk is an error). Without a budget the window is CNTK's: it holds ``window`` parsed chunks
+    (128 by default: with 32 MB CTF chunks, a few GB).
     Sweeps run on from each other: a minibatch may end one sweep and start the next (``end_of_sweep``).
 
     With several deserializers the first (the primary) decides the sequences, chunks and order; each
@@ -107,6 +112,7 @@ class MinibatchSource:
         data_slice: str | slice | None = None,
         prefetch: bool = True,
         num_parse_threads: int | None = None,
+        memory_budget_bytes: int | None = None,
         strict: bool = False,
         length_mismatch: LengthMismatch | str = LengthMismatch.PAD,
     ):
@@ -167,11 +173,16 @@ class MinibatchSource:
         if self._corpus.sweep_size == 0:
             raise ConfigError("the data has no samples")
         self.max_samples, self.max_sweeps = max_samples, max_sweeps
+        threads = (num_parse_threads if num_parse_threads is not None else available_cores()) if prefetch else 0
+        self.memory_budget: BudgetReport | None = None
+        if memory_budget_bytes is not None:
+            self.randomization, self.memory_budget = window_within(
+                int(memory_budget_bytes), self._corpus, self.randomization, threads
+            )
         self._epoch = 0
         self._epoch_end = self._compute_epoch_end()
         self._cursor = Cursor(self._corpus, self.randomization)
-        threads = num_parse_threads if num_parse_threads is not None else available_cores()
-        self._cache = ChunkCache(self._corpus, threads if prefetch else 0, self._clock)
+        self._cache = ChunkCache(self._corpus, threads, self._clock)
         self._assembler = Assembler(self._corpus, self._cache)
         self._slots = BpttSlots(self.truncation_length)
         self._planned: tuple[Any, ...] | None = None  # the block whose chunks are loaded

@@ -1,0 +1,91 @@
+"""memory_budget_bytes: the randomization window shrinks to what the budget holds (deterministically, reported and
+logged), the source then holds no more chunks than that, and a budget that cannot hold one chunk is an error."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cntkio import ConfigError, CTFDeserializer, MinibatchSource, StreamDef, StreamDefs
+
+STREAMS = StreamDefs(x=StreamDef(field="x", shape=8))
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("budget") / "data.ctf"
+    rng = np.random.default_rng(0)
+    lines = [f"{s} |x " + " ".join(f"{v:.3f}" for v in rng.random(8)) for s in range(4000)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def reader(data: Path) -> CTFDeserializer:
+    return CTFDeserializer(data, STREAMS, chunk_size_in_bytes=4000)  # ~60 sequences, ~2 KB parsed a chunk
+
+
+def keys(source: MinibatchSource) -> list[int]:
+    out = []
+    while minibatch := source.next_minibatch(50):
+        out += [key for _, key in minibatch.sequence_keys]
+    return out
+
+
+def test_the_window_shrinks_to_the_budget_and_the_source_keeps_to_it(data: Path, caplog) -> None:
+    with caplog.at_level(logging.INFO, logger="cntkio"):
+        source = MinibatchSource(reader(data), memory_budget_bytes=40_000, max_sweeps=1, randomization_seed=3)
+    report = source.memory_budget
+    assert report is not None and report.requested_window == 128 and 1 <= report.window < 128
+    assert source.randomization.window == report.window
+    assert "randomization window 128 ->" in caplog.text
+    assert report.held_chunks * report.largest_chunk_bytes <= 40_000 + report.largest_chunk_bytes
+    most = 0
+    read = []
+    while minibatch := source.next_minibatch(50):
+        read += [key for _, key in minibatch.sequence_keys]
+        most = max(most, source.cached_chunks)
+    assert sorted(read) == list(range(4000))  # every sequence once
+    assert most <= report.held_chunks
+
+
+def test_the_budgeted_order_is_deterministic_and_checkpoints_carry_it(data: Path) -> None:
+    first = keys(MinibatchSource(reader(data), memory_budget_bytes=40_000, max_sweeps=1, randomization_seed=3))
+    again = keys(MinibatchSource(reader(data), memory_budget_bytes=40_000, max_sweeps=1, randomization_seed=3))
+    assert first == again
+    window = MinibatchSource(reader(data), memory_budget_bytes=40_000).randomization.window
+    explicit = MinibatchSource(reader(data), randomization_window_in_chunks=window, max_sweeps=1, randomization_seed=3)
+    assert keys(explicit) == first  # the budget only chose the window
+    source = MinibatchSource(reader(data), memory_budget_bytes=40_000, max_sweeps=1, randomization_seed=3)
+    source.next_minibatch(500)
+    state = source.get_checkpoint_state()
+    resumed = MinibatchSource(reader(data), memory_budget_bytes=40_000, max_sweeps=1, randomization_seed=3)
+    resumed.restore_from_checkpoint(state)
+    assert keys(resumed) == first[500:]
+    other = MinibatchSource(reader(data), memory_budget_bytes=20_000, max_sweeps=1, randomization_seed=3)
+    with pytest.raises(ValueError, match="another configuration"):
+        other.restore_from_checkpoint(state)
+
+
+def test_a_large_budget_keeps_the_window(data: Path) -> None:
+    source = MinibatchSource(reader(data), memory_budget_bytes=1 << 30, randomization_window_in_chunks=10)
+    assert source.randomization.window == 10 and source.memory_budget is not None
+    assert source.memory_budget.window == source.memory_budget.requested_window == 10
+
+
+def test_a_sample_window_shrinks_too(data: Path) -> None:
+    source = MinibatchSource(
+        reader(data), memory_budget_bytes=40_000, randomization_window_in_chunks=0,
+        randomization_window_in_samples=3000,
+    )  # fmt: skip
+    assert source.randomization.sample_window and source.randomization.window < 3000
+
+
+@pytest.mark.parametrize("options", [{}, {"randomize": False}, {"num_parse_threads": 0}])
+def test_a_budget_below_one_chunk_is_an_error(data: Path, options: dict) -> None:
+    with pytest.raises(ConfigError, match="cannot hold one parsed chunk"):
+        MinibatchSource(reader(data), memory_budget_bytes=1_000, **options)
+    with pytest.raises(ConfigError, match="must be positive"):
+        MinibatchSource(reader(data), memory_budget_bytes=0, **options)
