@@ -232,19 +232,21 @@ class Corpus:
         frame))`` in frame mode."""
         reader = self.deserializers[deserializer]
         sequences = self.sequences_of_units(units)
-        keys = reader.sequence_index().keys.take(self._rows_in(deserializer, sequences))
-        source = reader.source_name
+        rows = self._rows_in(deserializer, sequences)
+        keys = reader.sequence_index().keys.take(rows)
+        sources = reader.sources_of(rows)
         if self.frame_starts is not None:
             frames = (units - self.frame_starts[sequences]).tolist()
-            return [(source, (key, frame)) for key, frame in zip(keys, frames)]
-        return [(source, key) for key in keys]
+            return [(source, (key, frame)) for source, key, frame in zip(sources, keys, frames)]
+        return list(zip(sources, keys))
 
     def describe_unit(self, unit: int, deserializer: int = 0) -> tuple[str, Any, int]:
         """(source, key in a deserializer, length) of a unit's sequence, for messages."""
         sequence = self.sequences_of_units(np.array([unit], dtype=np.int64))
         reader = self.deserializers[deserializer]
-        key = reader.sequence_index().keys.take(self._rows_in(deserializer, sequence))[0]
-        return reader.source_name, key, int(self.lengths[int(sequence[0])])
+        rows = self._rows_in(deserializer, sequence)
+        key = reader.sequence_index().keys.take(rows)[0]
+        return reader.sources_of(rows)[0], key, int(self.lengths[int(sequence[0])])
 
     def fingerprint(self) -> list[Any]:
         """Identifies the data: the deserializers' own fingerprints (files, sizes, times), how they are

@@ -198,6 +198,11 @@ class Deserializer(abc.ABC):
         """Names the data in provenance records (a file name for file formats)."""
         return str(getattr(self, "filename", type(self).__name__))
 
+    def sources_of(self, sequences: np.ndarray) -> list[str]:
+        """The source (file) of each sequence (by its number in the index): :attr:`source_name` unless the data
+        spans several files (a sharded corpus)."""
+        return [self.source_name] * len(sequences)
+
 
 class DeserializerGroup(tuple):  # type: ignore[type-arg]
     """Several deserializers made by one call (``HTKFeatureDeserializer`` with several streams gives one per

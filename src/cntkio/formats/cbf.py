@@ -14,16 +14,18 @@ from ..errors import ConfigError, FormatError, Location
 from ..keys import RangeKeys
 from ..streams import StreamInformation, iter_stream_defs, parse_precision
 from .data_file import DataFile, FileBacked
+from .shards import Sharded
 
 
-class CBFDeserializer(FileBacked, IndexedDeserializer):
+class CBFDeserializer(Sharded, FileBacked, IndexedDeserializer):
     """Reads a CBF file (what CNTK's ``ctf2bin.py`` and :func:`cntkio.write_cbf` write).
 
     The file decides the streams' formats, dimensions and precisions, and its chunks are the reader's
     chunks. Sequence keys are the running sequence number over the file (0, 1, ...).
 
     Args:
-        filename: path of the CBF file.
+        filename: path of the CBF file; or a list of files, or a glob pattern, read as one corpus
+            (:mod:`cntkio.formats.shards`).
         streams: ``StreamDefs(name=StreamDef(field=<stream name in the file>))`` renames file streams;
             ``None`` or empty exposes every stream under its own name. As in CNTK, file streams not
             listed are exposed too, under their own names. A ``shape`` or ``is_sparse`` given must agree

@@ -19,6 +19,7 @@ from ..index_cache import IndexCache, narrowest
 from ..keys import KeyColumn, NumericKeys, RangeKeys, TextKeys
 from ..streams import StreamInformation, iter_stream_defs, parse_precision
 from .data_file import DataFile, FileBacked
+from .shards import Sharded
 
 logger = logging.getLogger("cntkio")
 
@@ -82,14 +83,16 @@ def _streams_from_defs(streams: Any) -> list[_Stream]:
     return result
 
 
-class CTFDeserializer(FileBacked, IndexedDeserializer):
+class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
     """Reads a CTF file (``cntk.io.CTFDeserializer`` with every option of CNTK's text reader).
 
     The file stays open from indexing on: chunks are read from it with ``pread``, and a file changed in
     place (size or modification time) since it was indexed is an error, never other data under old keys.
 
     Args:
-        filename: path of the CTF file.
+        filename: path of the CTF file; or a list of files, or a glob pattern, read as one corpus
+            (:mod:`cntkio.formats.shards`: a :class:`~cntkio.formats.shards.ShardedDeserializer` of one reader
+            per file, in the list's order or sorted by path).
         streams: ``StreamDefs(name=StreamDef(field=alias, shape=dim, is_sparse=...))``.
         max_errors: number of distinct bad records tolerated (skipped, counted, logged).
         skip_sequence_ids: every line is a sequence; leading ids are ignored.

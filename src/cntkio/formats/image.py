@@ -37,6 +37,7 @@ from .image_map import (
     read_image_bytes,
 )
 from .image_pipeline import ImagePipeline, RandomDraws, key_hash, require_cv2
+from .shards import Sharded
 
 logger = logging.getLogger("cntkio")
 
@@ -376,7 +377,7 @@ class ImageDeserializer(ImageDeserializerBase):
         return (rebuild_unchanged, (type(self), args, kwargs, self.fingerprint()))
 
 
-class Base64ImageDeserializer(ImageDeserializerBase):
+class Base64ImageDeserializer(Sharded, ImageDeserializerBase):
     (
         """Base64-encoded images in a text file (``cntk.io.Base64ImageDeserializer``): ``label<TAB>base64`` lines (the
     key is the line index) or ``key<TAB>label<TAB>base64`` (the first line decides). The file is indexed without
@@ -384,7 +385,8 @@ class Base64ImageDeserializer(ImageDeserializerBase):
     that cannot be decoded is an invalid sequence (skipped and counted under ``max_errors``).
 
     Args:
-        map_file: the base64 file.
+        map_file: the base64 file; or a list of files, or a glob pattern, read as one corpus
+            (:mod:`cntkio.formats.shards`).
         streams: as for :class:`ImageDeserializer`.
     """
         + _OUTPUT_OPTIONS
