@@ -7,7 +7,6 @@ import hashlib
 import json
 import logging
 import math
-import os
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -30,16 +29,9 @@ from .minibatch import Minibatch, MinibatchData
 from .order import Randomization
 from .stats import ReaderStats, StageClock
 from .streams import Record, StreamInformation
+from .system import available_cores
 
 logger = logging.getLogger("cntkio")
-
-
-def available_cores() -> int:
-    """The cores this process may run on (its CPU affinity where the system tells it, else the CPU count)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
 
 
 INFINITELY_REPEAT = 2**64 - 1

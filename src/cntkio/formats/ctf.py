@@ -18,6 +18,7 @@ from ..errors import ConfigError, ErrorBudget, FormatError, Location
 from ..index_cache import IndexCache, narrowest
 from ..keys import KeyColumn, NumericKeys, RangeKeys, TextKeys
 from ..streams import StreamInformation, iter_stream_defs, parse_precision
+from ..system import available_cores
 from .data_file import DataFile, FileBacked
 from .shards import Sharded
 
@@ -240,7 +241,7 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
             self.compat,
             not self.optional_inputs,
             self.chunk_size_in_bytes,
-            threads=min(2, os.cpu_count() or 1),
+            threads=available_cores(),
         )
 
     def _report_index_errors(self, errors: dict[str, np.ndarray], keys: list[bytes]) -> None:
