@@ -2,7 +2,8 @@
 
 A source holds its randomization window of parsed chunks, plus the chunks prefetched ahead (one per parse thread),
 one more while a read spans two blocks and, for corpora of tiny chunks, those a merged block opens early (at most
-1/16 of the window). Given
+1/16 of the window); and every parse thread holds the raw bytes of the chunk it parses (``chunk_size_in_bytes`` of
+a text format) while it parses. Given
 ``memory_budget_bytes``, :func:`window_within` estimates what a parsed chunk costs — the first chunk of every
 deserializer is parsed once to learn its bytes per sample (values, indices, offsets), scaled to each chunk's samples
 — and gives the largest window whose chunks, with that overhead, fit. The estimate depends only on the data and the
@@ -18,6 +19,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from . import _native
 from .corpus import Corpus
 from .errors import ConfigError
 from .order import Randomization
@@ -64,8 +66,11 @@ def window_within(
     if budget <= 0:
         raise ConfigError(f"memory_budget_bytes must be positive, got {budget}")
     sizes = chunk_bytes(corpus)
+    _native.release_free_memory()  # what indexing and the estimate freed is not held against the budget
     largest, mean = int(sizes.max()), math.ceil(float(sizes.mean()))
     ahead = max(threads, 0)
+    raw = sum(int(getattr(d, "chunk_size_in_bytes", 0) or 0) for d in corpus.deserializers)
+    budget_for_chunks = budget - max(ahead, 1) * raw  # the raw chunk text each parser (or the reader) holds
     # the largest chunks first: a window of k chunks holds at most the k + k/16 + 1 + ahead largest
     biggest_first = np.cumsum(np.sort(sizes)[::-1])
 
@@ -73,13 +78,13 @@ def window_within(
         return min(len(sizes), chunks + chunks // 16 + 1 + ahead)
 
     def fits(chunks: int) -> bool:
-        return int(biggest_first[held(chunks) - 1]) <= budget
+        return int(biggest_first[held(chunks) - 1]) <= budget_for_chunks
 
     if not fits(1):
         raise ConfigError(
             f"memory_budget_bytes={budget:,} cannot hold one parsed chunk and the prefetch: the largest chunk takes "
-            f"about {largest:,} bytes parsed, and {ahead} more are prefetched (num_parse_threads); raise the budget, "
-            "use smaller chunks (chunk_size_in_bytes) or fewer parse threads"
+            f"about {largest:,} bytes parsed ({raw:,} bytes of text while parsed), and {ahead} more are prefetched "
+            "(num_parse_threads); raise the budget, use smaller chunks (chunk_size_in_bytes) or fewer parse threads"
         )
     if not randomization.enabled:
         return randomization, BudgetReport(budget, 1, 1, largest, mean, held(1))

@@ -58,6 +58,7 @@ class ChunkCache:
         # (-1: none), and the slots entered since the last retain (some perhaps dropped since).
         self._held = [np.full(count, -1, dtype=np.int64) for count in corpus.slot_counts()]
         self._entered: list[list[int]] = [[] for _ in self._held]
+        self.dropped = 0  # chunks dropped so far
         self._lock = threading.Lock()
         self._closed = False
         self._executor = (
@@ -146,6 +147,7 @@ class ChunkCache:
         del self._futures[(number, slot)]
         self._held[number][slot] = -1
         self.store.clear(number, slot)
+        self.dropped += 1
 
     def __len__(self) -> int:
         return len(self._futures)

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _native
 from .assemble import Assembler
 from .bptt import BpttSlots, row_layout
 from .budget import BudgetReport, window_within
@@ -167,6 +168,7 @@ class MinibatchSource:
         self.max_samples, self.max_sweeps = max_samples, max_sweeps
         threads = (num_parse_threads if num_parse_threads is not None else available_cores()) if prefetch else 0
         self.memory_budget: BudgetReport | None = None
+        self._trimmed_at = 0  # chunks the cache had dropped when free heap pages were last given back
         if memory_budget_bytes is not None:
             self.randomization, self.memory_budget = window_within(
                 int(memory_budget_bytes), self._corpus, self.randomization, threads
@@ -458,6 +460,10 @@ class MinibatchSource:
             _, first = np.unique(later, return_index=True)
             ahead = later[np.sort(first)[:threads]]
         self._cache.retain(self._plan(np.concatenate([window, ahead])))
+        budget = self.memory_budget
+        if budget is not None and self._cache.dropped - self._trimmed_at >= max(1, budget.held_chunks // 4):
+            _native.release_free_memory()  # freed chunks' heap pages count against the budget until given back
+            self._trimmed_at = self._cache.dropped
         self._cache.ensure(
             corpus.chunk_keys(zip((needed % chunks_per_sweep).tolist(), (needed // chunks_per_sweep).tolist()))
         )

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "buffer.hpp"
 #include "number.hpp"
 
 namespace cntkio::ctf {
@@ -118,11 +119,11 @@ struct ParseOptions {
 };
 
 template <class T>
-struct StreamBuffers {
-  std::vector<T> values;
-  std::vector<int32_t> indices;       // sparse only
-  std::vector<int64_t> indptr{0};     // sparse only: per-sample entry offsets
-  std::vector<int64_t> seq_offsets{0};  // per-sequence sample offsets
+struct StreamBuffers {  // (Mapped: a chunk's arrays are mappings of their own, given back when freed)
+  Mapped<T> values;
+  Mapped<int32_t> indices;       // sparse only
+  Mapped<int64_t> indptr{0};     // sparse only: per-sample entry offsets
+  Mapped<int64_t> seq_offsets{0};  // per-sequence sample offsets
   int64_t samples = 0;
 };
 

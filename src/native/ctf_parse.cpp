@@ -105,8 +105,8 @@ class Parser {
     }
   }
 
-  template <class V>
-  static void reserve_large(std::vector<V>& vector, size_t count) {
+  template <class Vector>
+  static void reserve_large(Vector& vector, size_t count) {
     vector.reserve(count);
 #if defined(MADV_HUGEPAGE) && defined(CNTKIO_HUGEPAGES)
     constexpr uintptr_t kHuge = uintptr_t{1} << 21;

@@ -13,7 +13,12 @@
 #include <optional>
 #include <tuple>
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include "assemble.hpp"
+#include "buffer.hpp"
 #include "buffer_pool.hpp"
 #include "cbf.hpp"
 #include "ctf.hpp"
@@ -128,13 +133,12 @@ nb::dict index_ctf(int fd, int64_t size, bool force_line_mode, const std::vector
 }
 
 template <class T>
-nb::tuple parse_typed(const std::vector<char>& buffer, int64_t base, int64_t first_line, const int64_t* starts,
+nb::tuple parse_typed(const char* text, int64_t size, int64_t base, int64_t first_line, const int64_t* starts,
                       const int64_t* ends, int64_t n, const ParseOptions& options) {
   ParseResult<T> r;
   {
     nb::gil_scoped_release release;
-    r = parse_sequences<T>(buffer.data(), static_cast<int64_t>(buffer.size()), base, first_line, starts, ends, n,
-                           options);
+    r = parse_sequences<T>(text, size, base, first_line, starts, ends, n, options);
   }
   nb::list streams;
   for (size_t i = 0; i < r.streams.size(); ++i) {
@@ -178,14 +182,19 @@ nb::tuple parse_file(int fd, int64_t start, int64_t end, int64_t first_line, Off
   options.mode = static_cast<IdMode>(mode);
   options.aliases = to_aliases(aliases);
   options.sort_sparse = sort_sparse;
-  std::vector<char> buffer(static_cast<size_t>(size));
+  Buffer<char> buffer;  // not zero-filled: the read writes every byte
+  buffer.reserve(static_cast<size_t>(size) + 1);
+  buffer.resize(static_cast<size_t>(size));
   {
     nb::gil_scoped_release release;
     read_exact(fd, start, size, buffer.data());
     if (buffer.empty() || buffer.back() != '\n') buffer.push_back('\n');  // the final row without a newline
   }
-  if (double_precision) return parse_typed<double>(buffer, start, first_line, starts.data(), ends.data(), n, options);
-  return parse_typed<float>(buffer, start, first_line, starts.data(), ends.data(), n, options);
+  const auto length = static_cast<int64_t>(buffer.size());
+  if (double_precision) {
+    return parse_typed<double>(buffer.data(), length, start, first_line, starts.data(), ends.data(), n, options);
+  }
+  return parse_typed<float>(buffer.data(), length, start, first_line, starts.data(), ends.data(), n, options);
 }
 
 nb::tuple compat_order(const std::vector<int64_t>& units_per_chunk, const std::vector<int64_t>& samples_per_chunk,
@@ -221,6 +230,16 @@ nb::ndarray<nb::numpy, uint8_t> reusable_buffer(int64_t bytes) {
   });
   const size_t shape[1] = {static_cast<size_t>(bytes)};
   return nb::ndarray<nb::numpy, uint8_t>(block, 1, shape, owner);
+}
+
+// Gives the heap pages malloc keeps free back to the system (glibc's malloc_trim; nothing elsewhere). Freed chunk
+// buffers of tens of MB come from the heap once malloc's adaptive threshold has grown past them, and their pages
+// stay resident until trimmed: a source under a memory budget trims after dropping chunks.
+void release_free_memory() {
+#ifdef __GLIBC__
+  nb::gil_scoped_release release;
+  malloc_trim(0);
+#endif
 }
 
 nb::ndarray<nb::numpy, int64_t> stable_argsort(nb::ndarray<const double, nb::ndim<1>, nb::c_contig, nb::device::cpu> keys) {
@@ -784,6 +803,8 @@ NB_MODULE(_native, m) {
   m.def("default_unit_keys", &default_unit_keys, "seed"_a, "sweep"_a, "chunks"_a, "counts"_a, "starts"_a, "window"_a,
         "Keys of the default randomization: start + window * default_rng([seed, sweep, chunk]).random(count) of each "
         "chunk, kept below start + window, concatenated (float64).");
+  m.def("release_free_memory", &release_free_memory,
+        "Returns the heap's free pages to the system (glibc malloc_trim; no-op elsewhere), GIL released.");
   m.def("stable_argsort", &stable_argsort, "keys"_a,
         "The permutation sorting float64 keys, equal keys in their order (argsort(kind='stable')), by radix sort.");
   nb::class_<ChunkStore>(m, "ChunkStore")
