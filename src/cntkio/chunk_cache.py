@@ -22,6 +22,7 @@ from .deserializer import SparseStream, StreamData
 from .errors import CNTKIOError, ConfigError
 from .stats import StageClock
 from .streams import StreamInformation
+from .system import available_cores, parsing_with
 
 
 class ChunkCache:
@@ -59,6 +60,7 @@ class ChunkCache:
         self._held = [np.full(count, -1, dtype=np.int64) for count in corpus.slot_counts()]
         self._entered: list[list[int]] = [[] for _ in self._held]
         self.dropped = 0  # chunks dropped so far
+        self._queued = self._busy = 0  # loads waiting for a parse thread, and loads running
         self._lock = threading.Lock()
         self._closed = False
         self._executor = (
@@ -75,7 +77,7 @@ class ChunkCache:
                 if self._executor is None:
                     self._load_into(key, future)
                 else:
-                    self._executor.submit(self._load_into, key, future)
+                    self._submit(key, future)
             waiting.append(future)
         started = time.perf_counter()
         for future in waiting:
@@ -94,7 +96,13 @@ class ChunkCache:
             for slot, sweep in zip(slots[missing].tolist(), sweeps[missing].tolist()):
                 future, owner = self._claim((number, slot, sweep))
                 if owner:
-                    self._executor.submit(self._load_into, (number, slot, sweep), future)
+                    self._submit((number, slot, sweep), future)
+
+    def _submit(self, key: LoadKey, future: Future[None]) -> None:
+        assert self._executor is not None
+        with self._lock:
+            self._queued += 1  # loads submitted and not started: they will want a thread of their own
+        self._executor.submit(self._load_into, key, future, True)
 
     def _claim(self, key: LoadKey) -> tuple[Future[None], bool]:
         """The load of ``key``: (its future, whether the caller must run it). A slot holding another sweep's
@@ -152,7 +160,18 @@ class ChunkCache:
     def __len__(self) -> int:
         return len(self._futures)
 
-    def _load_into(self, key: LoadKey, future: Future[None]) -> None:
+    def _spare_threads(self) -> int:
+        """Threads the chunk starting to load may use: itself, and the parse threads no other load keeps busy (all
+        the cores when chunks are parsed in the reading thread)."""
+        if self._executor is None:
+            return available_cores()
+        with self._lock:
+            return max(1, self.threads - self._busy - self._queued + 1)
+
+    def _load_into(self, key: LoadKey, future: Future[None], queued: bool = False) -> None:
+        with self._lock:
+            self._queued -= queued
+            self._busy += 1
         try:
             self._load(key)
             future.set_result(None)
@@ -163,6 +182,9 @@ class ChunkCache:
                     del self._futures[key[:2]]
                     self._held[key[0]][key[1]] = -1
             future.set_exception(error)
+        finally:
+            with self._lock:
+                self._busy -= 1
 
     def _load(self, key: LoadKey) -> None:
         number, slot, sweep = key
@@ -171,7 +193,8 @@ class ChunkCache:
         )
         source = deserializer.source_name
         started = time.perf_counter()
-        data = deserializer.get_chunk_of_sweep(chunk_id, sweep)  # sweep 0 unless the chunks vary by sweep
+        with parsing_with(self._spare_threads()):
+            data = deserializer.get_chunk_of_sweep(chunk_id, sweep)  # sweep 0 unless the chunks vary by sweep
         loading = time.perf_counter()
         starts = deserializer.sequence_index().chunk_starts
         sequences = int(starts[chunk_id + 1] - starts[chunk_id])

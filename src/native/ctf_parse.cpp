@@ -3,7 +3,9 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <exception>
 #include <string>
+#include <thread>
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -327,6 +329,115 @@ ParseResult<T> parse_sequences(const char* data, int64_t size, int64_t base, int
   return Parser<T>(terminated.data(), size + 1, base, options).run(starts, ends, n, first_line);
 }
 
+namespace {
+
+constexpr int64_t kMinBytesPerPart = int64_t{1} << 20;
+
+template <class V>
+void append_shifted(V& to, const V& from, int64_t shift) {  // from[1:] + shift (offset arrays: from[0] == 0)
+  const size_t at = to.size();
+  to.resize(at + from.size() - 1);
+  for (size_t k = 1; k < from.size(); ++k) to[at + k - 1] = from[k] + shift;
+}
+
+template <class T>
+void join_into(ParseResult<T>& into, ParseResult<T>& part, int64_t first_sequence) {
+  for (size_t s = 0; s < into.streams.size(); ++s) {
+    StreamBuffers<T>& a = into.streams[s];
+    StreamBuffers<T>& b = part.streams[s];
+    const auto entries = static_cast<int64_t>(a.values.size());
+    a.values.insert(a.values.end(), b.values.begin(), b.values.end());
+    a.indices.insert(a.indices.end(), b.indices.begin(), b.indices.end());
+    append_shifted(a.indptr, b.indptr, entries);
+    append_shifted(a.seq_offsets, b.seq_offsets, a.samples);
+    a.samples += b.samples;
+  }
+  for (ErrorRecord e : part.errors) {
+    e.sequence += first_sequence;
+    into.errors.push_back(e);
+  }
+  ParseStats& x = into.stats;
+  const ParseStats& y = part.stats;
+  if (x.first_padded_offset < 0 && y.first_padded_offset >= 0) {
+    x.first_padded_offset = y.first_padded_offset;
+    x.first_padded_line = y.first_padded_line;
+    x.first_padded_column = y.first_padded_column;
+  }
+  if (x.first_unknown_offset < 0 && y.first_unknown_offset >= 0) {
+    x.first_unknown_offset = y.first_unknown_offset;
+    x.first_unknown_line = y.first_unknown_line;
+    x.first_unknown_column = y.first_unknown_column;
+  }
+  x.padded_samples += y.padded_samples;
+  x.unknown_inputs += y.unknown_inputs;
+}
+
+}  // namespace
+
+template <class T>
+ParseResult<T> parse_sequences_parallel(const char* data, int64_t size, int64_t base, int64_t first_line,
+                                        const int64_t* starts, const int64_t* ends, int64_t n,
+                                        const ParseOptions& options, int parts) {
+  parts = static_cast<int>(std::min<int64_t>({parts, n, size / kMinBytesPerPart}));
+  if (parts <= 1 || size <= 0 || data[size - 1] != '\n') {
+    return parse_sequences<T>(data, size, base, first_line, starts, ends, n, options);
+  }
+  // run k: sequences [cut[k], cut[k + 1]), bytes [starts[cut[k]], starts[cut[k + 1]]) (the last to the end)
+  std::vector<int64_t> cut{0};
+  for (int k = 1; k < parts; ++k) {
+    const int64_t target = size / parts * k;
+    const int64_t at = std::lower_bound(starts, starts + n, target) - starts;
+    if (at > cut.back() && at < n) cut.push_back(at);
+  }
+  cut.push_back(n);
+  const size_t runs = cut.size() - 1;
+  std::vector<ParseResult<T>> results(runs);
+  std::vector<std::exception_ptr> failures(runs);
+  auto parse_run = [&](size_t k) {
+    try {
+      const int64_t a = cut[k], b = cut[k + 1];
+      const int64_t from = k == 0 ? 0 : starts[a];
+      const int64_t to = k + 1 == runs ? size : starts[b];
+      const int64_t lines = first_line + std::count(data, data + from, '\n');
+      std::vector<int64_t> run_starts(starts + a, starts + b), run_ends(ends + a, ends + b);
+      for (int64_t& v : run_starts) v -= from;
+      for (int64_t& v : run_ends) v -= from;
+      results[k] = parse_sequences<T>(data + from, to - from, base + from, lines, run_starts.data(), run_ends.data(),
+                                      b - a, options);
+    } catch (...) {
+      failures[k] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t k = 1; k < runs; ++k) threads.emplace_back(parse_run, k);
+  parse_run(0);
+  for (std::thread& thread : threads) thread.join();
+  for (const std::exception_ptr& failure : failures) {
+    if (failure) std::rethrow_exception(failure);
+  }
+  for (size_t s = 0; s < results[0].streams.size(); ++s) {  // room for every run at once: one copy of each
+    size_t values = 0, indptr = 0, offsets = 0;
+    for (const ParseResult<T>& r : results) {
+      values += r.streams[s].values.size();
+      indptr += r.streams[s].indptr.size();
+      offsets += r.streams[s].seq_offsets.size();
+    }
+    StreamBuffers<T>& into = results[0].streams[s];
+    into.values.reserve(values);
+    if (!into.indices.empty()) into.indices.reserve(values);
+    into.indptr.reserve(indptr);
+    into.seq_offsets.reserve(offsets);
+  }
+  ParseResult<T> joined = std::move(results[0]);
+  for (size_t k = 1; k < runs; ++k) join_into(joined, results[k], cut[k]);
+  return joined;
+}
+
+template ParseResult<float> parse_sequences_parallel<float>(const char*, int64_t, int64_t, int64_t, const int64_t*,
+                                                            const int64_t*, int64_t, const ParseOptions&, int);
+template ParseResult<double> parse_sequences_parallel<double>(const char*, int64_t, int64_t, int64_t,
+                                                              const int64_t*, const int64_t*, int64_t,
+                                                              const ParseOptions&, int);
 template ParseResult<float> parse_sequences<float>(const char*, int64_t, int64_t, int64_t, const int64_t*,
                                                    const int64_t*, int64_t, const ParseOptions&);
 template ParseResult<double> parse_sequences<double>(const char*, int64_t, int64_t, int64_t, const int64_t*,

@@ -134,11 +134,11 @@ nb::dict index_ctf(int fd, int64_t size, bool force_line_mode, const std::vector
 
 template <class T>
 nb::tuple parse_typed(const char* text, int64_t size, int64_t base, int64_t first_line, const int64_t* starts,
-                      const int64_t* ends, int64_t n, const ParseOptions& options) {
+                      const int64_t* ends, int64_t n, const ParseOptions& options, int threads) {
   ParseResult<T> r;
   {
     nb::gil_scoped_release release;
-    r = parse_sequences<T>(text, size, base, first_line, starts, ends, n, options);
+    r = parse_sequences_parallel<T>(text, size, base, first_line, starts, ends, n, options, threads);
   }
   nb::list streams;
   for (size_t i = 0; i < r.streams.size(); ++i) {
@@ -168,7 +168,9 @@ nb::tuple parse_typed(const char* text, int64_t size, int64_t base, int64_t firs
 
 // Reads [start, end) of the file and parses the sequences [starts[i], ends[i]) (relative to start).
 nb::tuple parse_file(int fd, int64_t start, int64_t end, int64_t first_line, OffsetArray starts, OffsetArray ends,
-                     int mode, const std::vector<AliasSpec>& aliases, bool double_precision, bool sort_sparse) {
+                     int mode, const std::vector<AliasSpec>& aliases, bool double_precision, bool sort_sparse,
+                     int threads) {
+  if (threads < 1 || threads > 256) throw nb::value_error("threads must be in [1, 256]");
   if (starts.shape(0) != ends.shape(0)) throw nb::value_error("starts and ends differ in length");
   if (mode < 0 || mode > 2) throw nb::value_error("mode must be 0 (line), 1 (numeric) or 2 (text)");
   if (fd < 0 || start < 0 || end < start) throw nb::value_error("invalid file range");
@@ -192,9 +194,11 @@ nb::tuple parse_file(int fd, int64_t start, int64_t end, int64_t first_line, Off
   }
   const auto length = static_cast<int64_t>(buffer.size());
   if (double_precision) {
-    return parse_typed<double>(buffer.data(), length, start, first_line, starts.data(), ends.data(), n, options);
+    return parse_typed<double>(buffer.data(), length, start, first_line, starts.data(), ends.data(), n, options,
+                               threads);
   }
-  return parse_typed<float>(buffer.data(), length, start, first_line, starts.data(), ends.data(), n, options);
+  return parse_typed<float>(buffer.data(), length, start, first_line, starts.data(), ends.data(), n, options,
+                            threads);
 }
 
 nb::tuple compat_order(const std::vector<int64_t>& units_per_chunk, const std::vector<int64_t>& samples_per_chunk,
@@ -787,8 +791,9 @@ NB_MODULE(_native, m) {
         "Index the CTF file open as fd, reading it with pread (GIL released); with threads=2 a file of at least "
         "parallel_min_bytes is indexed in two halves at once, with the same result.");
   m.def("ctf_parse", &parse_file, "fd"_a, "start"_a, "end"_a, "first_line"_a, "starts"_a, "ends"_a, "mode"_a,
-        "aliases"_a, "double_precision"_a, "sort_sparse"_a,
-        "Read bytes [start, end) of the file and parse the given sequences into flat NumPy buffers (GIL released).");
+        "aliases"_a, "double_precision"_a, "sort_sparse"_a, "threads"_a = 1,
+        "Read bytes [start, end) of the file and parse the given sequences into flat NumPy buffers (GIL released), "
+        "on up to `threads` threads (runs of sequences of about equal bytes, joined: the same result).");
   m.def("join_keys", &join_keys, "primary"_a, "secondary"_a, "by_text"_a, "keep_last"_a,
         "Join key columns (kind, values|blob, offsets|None) with a hash table (GIL released): (match, "
         "duplicates in the secondary, first duplicate rows).");

@@ -18,7 +18,7 @@ from ..errors import ConfigError, ErrorBudget, FormatError, Location
 from ..index_cache import IndexCache, narrowest
 from ..keys import KeyColumn, NumericKeys, RangeKeys, TextKeys
 from ..streams import StreamInformation, iter_stream_defs, parse_precision
-from ..system import available_cores
+from ..system import available_cores, parse_parallelism
 from .data_file import DataFile, FileBacked
 from .shards import Sharded
 
@@ -294,6 +294,7 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
                 self._aliases,
                 self.dtype == np.float64,
                 not self.compat,
+                threads=min(parse_parallelism(), 8),  # idle parse threads help parse this chunk
             )
         except _native.ShortRead:
             raise FormatError(
