@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../src/native/assemble.hpp"
+#include "fuzz_input.hpp"
 
 using namespace cntkio::assemble;
 
@@ -25,10 +26,6 @@ struct Reader {
     return bound ? v % bound : 0;
   }
 };
-
-void check(bool condition) {
-  if (!condition) std::abort();
-}
 
 struct Owned {
   std::vector<int64_t> seq_offsets, indptr;

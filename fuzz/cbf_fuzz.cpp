@@ -11,16 +11,9 @@
 
 #include "../src/native/cbf.hpp"
 #include "memory_file.hpp"
+#include "fuzz_input.hpp"
 
 using namespace cntkio::cbf;
-
-namespace {
-
-void check(bool condition) {
-  if (!condition) std::abort();
-}
-
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int fd = memory_file("cbf", data, size);

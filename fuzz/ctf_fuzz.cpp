@@ -13,14 +13,11 @@
 #include "../src/native/ctf.hpp"
 #include "../src/native/file_io.hpp"
 #include "memory_file.hpp"
+#include "fuzz_input.hpp"
 
 using namespace cntkio::ctf;
 
 namespace {
-
-void check(bool condition) {
-  if (!condition) std::abort();
-}
 
 template <class T>
 void parse_chunks(int fd, const IndexResult& index, const ParseOptions& options) {

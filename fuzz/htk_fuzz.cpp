@@ -13,26 +13,12 @@
 
 #include "../src/native/htk.hpp"
 #include "memory_file.hpp"
+#include "fuzz_input.hpp"
 
 using namespace cntkio::htk;
 
-namespace {
-
-void check(bool condition) {
-  if (!condition) std::abort();
-}
-
-struct Reader {  // the fuzz input's leading bytes, read as small numbers
-  const uint8_t* data;
-  size_t size;
-  size_t at = 0;
-  uint32_t next(uint32_t range) { return at < size ? data[at++] % range : 0; }
-};
-
-}  // namespace
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  Reader in{data, size};
+  ByteReader in{data, size};
   const int dim = 1 + static_cast<int>(in.next(6));
   const bool compressed = in.next(2) != 0;
   File file;

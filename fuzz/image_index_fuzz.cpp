@@ -20,14 +20,11 @@
 
 #include "../src/native/image_index.hpp"
 #include "memory_file.hpp"
+#include "fuzz_input.hpp"
 
 using namespace cntkio::image;
 
 namespace {
-
-void check(bool condition) {
-  if (!condition) std::abort();
-}
 
 constexpr const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "../src/native/image_pixels.hpp"
+#include "fuzz_input.hpp"
 
 namespace cntkio::image {
 namespace portable {
@@ -26,24 +27,14 @@ using namespace cntkio::image;
 
 namespace {
 
-void check(bool condition) {
-  if (!condition) std::abort();
-}
-
-struct Reader {  // the fuzz input's leading bytes, read as small numbers
-  const uint8_t* data;
-  size_t size;
-  size_t at = 0;
-  uint32_t next(uint32_t range) { return at < size ? data[at++] % range : 0; }
-  double value() { return (static_cast<double>(next(256)) - 64.0) / 32.0; }  // -2 .. 6
-};
+double value(ByteReader& in) { return (static_cast<double>(in.next(256)) - 64.0) / 32.0; }  // -2 .. 6
 
 int64_t itemsize(PixelType type) { return type == PixelType::kUInt8 ? 1 : type == PixelType::kFloat32 ? 4 : 8; }
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  Reader in{data, size};
+  ByteReader in{data, size};
   PixelSource source;
   source.height = 1 + in.next(9);
   source.width = 1 + in.next(9);
@@ -82,10 +73,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<PixelOp> ops(in.next(5));
   for (PixelOp& op : ops) {
     op.kind = static_cast<PixelOp::Kind>(1 + in.next(4));
-    op.alpha = in.value();
-    op.brightness = in.value();
-    op.factor = std::fabs(in.value());
-    for (double& shift : op.shift) shift = in.value() * 50.0;
+    op.alpha = value(in);
+    op.brightness = value(in);
+    op.factor = std::fabs(value(in));
+    for (double& shift : op.shift) shift = value(in) * 50.0;
     op.mean = work_double ? static_cast<const void*>(mean_double.data()) : mean_float.data();
   }
   const size_t bytes = static_cast<size_t>(count * itemsize(output.type));

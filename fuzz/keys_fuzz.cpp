@@ -9,14 +9,11 @@
 #include <vector>
 
 #include "../src/native/keys.hpp"
+#include "fuzz_input.hpp"
 
 using namespace cntkio::keys;
 
 namespace {
-
-void check(bool condition) {
-  if (!condition) std::abort();
-}
 
 struct Owned {
   std::vector<uint8_t> blob;

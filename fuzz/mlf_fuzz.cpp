@@ -12,14 +12,11 @@
 
 #include "../src/native/mlf.hpp"
 #include "memory_file.hpp"
+#include "fuzz_input.hpp"
 
 using namespace cntkio::mlf;
 
 namespace {
-
-void check(bool condition) {
-  if (!condition) std::abort();
-}
 
 void check_result(const ParseResult& r, int64_t size, int64_t dim) {
   const size_t entries = r.lengths.size();

@@ -10,14 +10,11 @@
 #include <vector>
 
 #include "../src/native/records.hpp"
+#include "fuzz_input.hpp"
 
 using namespace cntkio::records;
 
 namespace {
-
-void check(bool condition) {
-  if (!condition) std::abort();
-}
 
 void walk_and_check(const uint8_t* data, size_t size, Framing framing, int64_t block) {
   const auto end = static_cast<int64_t>(size);

@@ -16,14 +16,11 @@
 
 #include "../src/native/scp.hpp"
 #include "memory_file.hpp"
+#include "fuzz_input.hpp"
 
 using namespace cntkio::scp;
 
 namespace {
-
-void check(bool condition) {
-  if (!condition) std::abort();
-}
 
 struct Run {
   bool ok = true;
