@@ -21,7 +21,7 @@ from typing import Any
 from cntkio import CTFDeserializer, MinibatchSource
 from core import Report, cpu_seconds, stream_defs
 from ctf_parse import _table
-from harness import Job, Rounds, parser, peak_rss, run_child
+from harness import Job, Rounds, parser, peak_rss, repeated_file, run_child
 
 
 def rss_now() -> int:
@@ -60,23 +60,9 @@ CHILDREN = {"sweep": child_sweep}
 
 
 def make_file(data: Path, gigabytes: int) -> Path:
-    part = data / "dense_2gb_cat.ctf"
-    if not part.exists():
-        with open(part, "wb") as out:
-            for _ in range(6):
-                out.write((data / "dense_320mb_s1.ctf").read_bytes())
+    part = repeated_file(data / "dense_320mb_s1.ctf", 6, data / "dense_2gb_cat.ctf")
     copies = max(1, round(gigabytes / 2))
-    target = data / f"dense_{2 * copies}gb_cat.ctf"
-    if copies == 1:
-        return part
-    if not target.exists():
-        with open(target.with_suffix(".tmp"), "wb") as out:
-            for _ in range(copies):
-                with open(part, "rb") as f:
-                    while block := f.read(1 << 26):
-                        out.write(block)
-        target.with_suffix(".tmp").rename(target)
-    return target
+    return part if copies == 1 else repeated_file(part, copies, data / f"dense_{2 * copies}gb_cat.ctf")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 Child = Callable[[dict[str, Any]], dict[str, Any]]
@@ -64,6 +65,22 @@ class Rounds:
             f"# {title}  {time.strftime('%Y-%m-%d %H:%M')}  runs={self.runs}  nproc={os.cpu_count()}  "
             f"load avg (1 min) before/after: {self.load_before:.2f}/{os.getloadavg()[0]:.2f}"
         )
+
+
+def repeated_file(part: Path, copies: int, target: Path) -> Path:
+    """``target``: ``part`` written ``copies`` times (made once, through a temporary file renamed at the end, so an
+    interrupted run never leaves a short file behind)."""
+    if not target.exists():
+        if not part.exists():
+            sys.exit(f"{part} is missing: make it with ../shared/bench/gen.py first")
+        partial = target.with_suffix(".tmp")
+        with open(partial, "wb") as out:
+            for _ in range(copies):
+                with open(part, "rb") as f:
+                    while block := f.read(1 << 26):
+                        out.write(block)
+        partial.rename(target)
+    return target
 
 
 def peak_rss() -> int:

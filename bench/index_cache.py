@@ -38,7 +38,7 @@ import numpy as np
 from cntkio import CTFDeserializer, MinibatchSource
 from core import Report, cpu_seconds, stream_defs
 from ctf_parse import _table
-from harness import Job, Rounds, parser, run_child
+from harness import Job, Rounds, parser, repeated_file, run_child
 
 COPIES = {"dense": ("dense_320mb_s1.ctf", 6), "sparse": ("sparse_200mb_s1.ctf", 10), "seq": ("seq_200mb_s1.ctf", 10)}
 SMOKE = {"dense": ("dense_2mb_s1.ctf", 10), "sparse": ("sparse_2mb_s1.ctf", 10), "seq": ("seq_2mb_s1.ctf", 10)}
@@ -113,21 +113,10 @@ CHILDREN = {"open": child_open, "first_minibatch": child_first_minibatch, "corru
 
 
 def make_files(data: Path, smoke: bool) -> dict[str, str]:
-    files = {}
-    for kind, (name, copies) in (SMOKE if smoke else COPIES).items():
-        target = data / f"{kind}_{'smoke' if smoke else '2gb'}_x{copies}.ctf"
-        if not target.exists():
-            part = data / name
-            if not part.exists():
-                sys.exit(f"{part} is missing: python ../shared/bench/gen.py --kind {kind.rstrip('_')} ... first")
-            with open(target.with_suffix(".tmp"), "wb") as out:
-                for _ in range(copies):
-                    with open(part, "rb") as f:
-                        while block := f.read(1 << 24):
-                            out.write(block)
-            target.with_suffix(".tmp").rename(target)
-        files[kind] = str(target)
-    return files
+    return {
+        kind: str(repeated_file(data / name, copies, data / f"{kind}_{'smoke' if smoke else '2gb'}_x{copies}.ctf"))
+        for kind, (name, copies) in (SMOKE if smoke else COPIES).items()
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
