@@ -51,8 +51,6 @@ Data: $BENCH_DATA or ./bench-data (the ATIS split is rewritten every run, the jo
 from __future__ import annotations
 
 import argparse
-import contextlib
-import ctypes
 import gc
 import math
 import os
@@ -75,6 +73,7 @@ from cntkio import (
     StreamDef,
     StreamDefs,
     StreamInformation,
+    _native,
 )
 from core import Report, cpu_seconds, reset_peak_rss
 from ctf_parse import REPO_ROOT, _table
@@ -109,8 +108,7 @@ def proc_status(field: str) -> int:
 def release_free_memory() -> None:
     """Collects garbage and returns free heap pages to the OS (glibc), so a baseline RSS holds live data only."""
     gc.collect()
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    _native.release_free_memory()
 
 
 def atis_defs(names: Sequence[str]) -> Any:
