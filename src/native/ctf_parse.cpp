@@ -340,6 +340,27 @@ void append_shifted(V& to, const V& from, int64_t shift) {  // from[1:] + shift 
   for (size_t k = 1; k < from.size(); ++k) to[at + k - 1] = from[k] + shift;
 }
 
+// Runs work(k) for k in [0, runs), k = 0 on the calling thread and the others on threads of their own; the first
+// exception a run threw is rethrown once all have ended.
+template <class Work>
+void on_threads(size_t runs, const Work& work) {
+  std::vector<std::exception_ptr> failures(runs);
+  auto guarded = [&](size_t k) {
+    try {
+      work(k);
+    } catch (...) {
+      failures[k] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t k = 1; k < runs; ++k) threads.emplace_back(guarded, k);
+  guarded(0);
+  for (std::thread& thread : threads) thread.join();
+  for (const std::exception_ptr& failure : failures) {
+    if (failure) std::rethrow_exception(failure);
+  }
+}
+
 template <class T>
 void join_into(ParseResult<T>& into, ParseResult<T>& part, int64_t first_sequence) {
   for (size_t s = 0; s < into.streams.size(); ++s) {
@@ -391,30 +412,22 @@ ParseResult<T> parse_sequences_parallel(const char* data, int64_t size, int64_t 
   }
   cut.push_back(n);
   const size_t runs = cut.size() - 1;
+  auto from = [&](size_t k) { return k == 0 ? int64_t{0} : starts[cut[k]]; };
+  auto to = [&](size_t k) { return k + 1 == runs ? size : starts[cut[k + 1]]; };
+  // Lines before each run: the runs but the last count their own bytes' newlines (in parallel), then a prefix sum.
+  std::vector<int64_t> lines(runs, 0);
+  lines[0] = first_line;
+  on_threads(runs - 1, [&](size_t k) { lines[k + 1] = std::count(data + from(k), data + to(k), '\n'); });
+  for (size_t k = 1; k < runs; ++k) lines[k] += lines[k - 1];
   std::vector<ParseResult<T>> results(runs);
-  std::vector<std::exception_ptr> failures(runs);
-  auto parse_run = [&](size_t k) {
-    try {
-      const int64_t a = cut[k], b = cut[k + 1];
-      const int64_t from = k == 0 ? 0 : starts[a];
-      const int64_t to = k + 1 == runs ? size : starts[b];
-      const int64_t lines = first_line + std::count(data, data + from, '\n');
-      std::vector<int64_t> run_starts(starts + a, starts + b), run_ends(ends + a, ends + b);
-      for (int64_t& v : run_starts) v -= from;
-      for (int64_t& v : run_ends) v -= from;
-      results[k] = parse_sequences<T>(data + from, to - from, base + from, lines, run_starts.data(), run_ends.data(),
-                                      b - a, options);
-    } catch (...) {
-      failures[k] = std::current_exception();
-    }
-  };
-  std::vector<std::thread> threads;
-  for (size_t k = 1; k < runs; ++k) threads.emplace_back(parse_run, k);
-  parse_run(0);
-  for (std::thread& thread : threads) thread.join();
-  for (const std::exception_ptr& failure : failures) {
-    if (failure) std::rethrow_exception(failure);
-  }
+  on_threads(runs, [&](size_t k) {
+    const int64_t a = cut[k], b = cut[k + 1], begin = from(k);
+    std::vector<int64_t> run_starts(starts + a, starts + b), run_ends(ends + a, ends + b);
+    for (int64_t& v : run_starts) v -= begin;
+    for (int64_t& v : run_ends) v -= begin;
+    results[k] = parse_sequences<T>(data + begin, to(k) - begin, base + begin, lines[k], run_starts.data(),
+                                    run_ends.data(), b - a, options);
+  });
   for (size_t s = 0; s < results[0].streams.size(); ++s) {  // room for every run at once: one copy of each
     size_t values = 0, indptr = 0, offsets = 0;
     for (const ParseResult<T>& r : results) {
