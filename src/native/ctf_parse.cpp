@@ -344,6 +344,7 @@ void append_shifted(V& to, const V& from, int64_t shift) {  // from[1:] + shift 
 // exception a run threw is rethrown once all have ended.
 template <class Work>
 void on_threads(size_t runs, const Work& work) {
+  if (runs == 0) return;
   std::vector<std::exception_ptr> failures(runs);
   auto guarded = [&](size_t k) {
     try {
@@ -412,6 +413,7 @@ ParseResult<T> parse_sequences_parallel(const char* data, int64_t size, int64_t 
   }
   cut.push_back(n);
   const size_t runs = cut.size() - 1;
+  if (runs == 1) return parse_sequences<T>(data, size, base, first_line, starts, ends, n, options);
   auto from = [&](size_t k) { return k == 0 ? int64_t{0} : starts[cut[k]]; };
   auto to = [&](size_t k) { return k + 1 == runs ? size : starts[cut[k + 1]]; };
   // Lines before each run: the runs but the last count their own bytes' newlines (in parallel), then a prefix sum.
