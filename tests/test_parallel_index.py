@@ -1,4 +1,4 @@
-"""The native CTF index of a large file is built in two halves at once; the result must be exactly that of
+"""The native CTF index of a large file is built in parts at once; the result must be exactly that of
 one pass, whatever the content (ids, blank lines, errors, text ids, where the split falls)."""
 
 from __future__ import annotations
@@ -55,13 +55,15 @@ LINE = st.sampled_from(["|a 1 2", "|b 3:1", "|a 1 2 |b 4:2", "|a 7", "", "|# not
         }
     ),
 )
-def test_two_halves_index_like_one_pass(tmp_path, rows, mode, options):
+def test_parts_index_like_one_pass(tmp_path, rows, mode, options):
     prefix = {"numeric": lambda i: i if i.isdigit() or not i else "", "text": lambda i: i, "line": lambda i: ""}[mode]
     first = {"numeric": "0 ", "text": "k ", "line": ""}[mode]
     text = first + "\n".join(f"{prefix(i)} {line}" if prefix(i) else line for i, line in rows) + "\n"
     path = tmp_path / "data.ctf"
     path.write_text(text)
-    same(index(path, 1, line=mode == "line", **options), index(path, 2, line=mode == "line", **options))
+    one = index(path, 1, line=mode == "line", **options)
+    for threads in (2, 3, 5):
+        same(one, index(path, threads, line=mode == "line", **options))
 
 
 def test_a_large_file_is_split_and_indexed_the_same(tmp_path):
@@ -86,3 +88,58 @@ def test_errors_before_a_fatal_error_in_the_second_half_are_kept(tmp_path):
     assert one["fatal"] and len(one["errors"]["offset"]) == 3
     for key in ("fatal", "fatal_offset", "fatal_line", "errors", "error_keys"):  # the rest is moot after a fatal error
         same({key: one[key]}, {key: two[key]})
+
+
+def reference_index(text: str, aliases: list[str]) -> tuple[list[int], list[int]]:
+    """Numeric-id CTF indexing the plain way: a sequence per run of lines with the same id (an id-less line continues
+    it), its length the most lines any configured stream appears on."""
+    keys: list[int] = []
+    counts: list[dict[str, int]] = []
+    for line in text.split("\n"):
+        if not line:
+            continue
+        digits = len(line) - len(line.lstrip("0123456789"))
+        if digits and (not keys or int(line[:digits]) != keys[-1]):
+            keys.append(int(line[:digits]))
+            counts.append(dict.fromkeys(aliases, 0))
+        names = {part.split(" ")[0] for part in line[digits:].split("|")[1:]}
+        for name in names & set(aliases):
+            counts[-1][name] += 1
+    return keys, [max(c.values()) for c in counts]
+
+
+ID = st.sampled_from(["", "", "7", "007", "70", "1234567", "12345678", "1234567890123", "0", "9999999"])
+STREAM = st.sampled_from(["a 1", "ab 2", "b 3:1", "long_stream_name 4", "#note", "a"])
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    rows=st.lists(st.tuples(ID, st.lists(STREAM, min_size=1, max_size=3)), min_size=1, max_size=40),
+    long_names=st.booleans(),
+    newline_at_end=st.booleans(),
+    threads=st.sampled_from([1, 2, 3, 5]),
+)
+def test_numeric_ids_and_stream_names_are_read_exactly(tmp_path, rows, long_names, newline_at_end, threads):
+    """The indexer compares an id with the open sequence's as bytes and stream names as words: ids that are equal as
+    numbers but not as bytes (7, 007), ids sharing leading digits (7, 70; 1234567, 12345678), names that extend a
+    configured one (a, ab), names of more than 8 bytes and names at the very end of the file index as a plain reading
+    of the text does."""
+    aliases = ["a", "long_stream_name"] if long_names else ["a", "b"]
+    rows[0] = ("1", rows[0][1])
+    text = "\n".join(f"{i} " * bool(i) + " ".join(f"|{s}" for s in streams) for i, streams in rows)
+    text += "\n" if newline_at_end else ""
+    path = tmp_path / "ids.ctf"
+    path.write_text(text)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        result = _native.ctf_index(
+            fd, os.fstat(fd).st_size, False, [(a, False, 9) for a in aliases], -1, False, False, False, 1 << 20,
+            threads=threads, parallel_min_bytes=0,
+        )  # fmt: skip
+    finally:
+        os.close(fd)
+    keys, lengths = reference_index(text, aliases)
+    kept = [k for k, n in zip(keys, lengths, strict=True) if n > 0]
+    assert not result["fatal"]
+    np.testing.assert_array_equal(result["keys"], kept)
+    np.testing.assert_array_equal(result["lengths"], [n for n in lengths if n > 0])

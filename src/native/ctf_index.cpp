@@ -2,13 +2,13 @@
 // their keys and sample counts, chunks them, and counts repeated ids.
 #include <algorithm>
 #include <cstring>
-#include <exception>
 #include <string>
-#include <thread>
 
 #include "ctf.hpp"
 #include "block_column.hpp"
 #include "file_io.hpp"
+#include "structural.hpp"
+#include "threads.hpp"
 
 namespace cntkio::ctf {
 
@@ -69,7 +69,10 @@ struct Chunker {
 class Indexer {
  public:
   explicit Indexer(const IndexOptions& options)
-      : options_(options), counts_(options.aliases.size(), 0), seen_on_line_(options.aliases.size(), -1) {}
+      : options_(options),
+        names_(options.aliases),
+        counts_(options.aliases.size(), 0),
+        seen_on_line_(options.aliases.size(), -1) {}
 
   // Reads the start of the file: BOM, UTF-16 check, leading whitespace, id mode. False on a fatal error.
   bool preamble(int fd, int64_t size, int64_t& begin, int64_t& first_line) {
@@ -105,23 +108,19 @@ class Indexer {
     chunker_.starts = &result_.chunk_starts;
     chunker_.first_lines = &result_.chunk_first_lines;
     int64_t pos = 0, line = first_line;
-    while (true) {
+    while (true) {  // the complete lines in the buffer, then more of the file behind them
       const char* data = buffer_.data();
-      const char* p = data + pos;
-      const char* end = data + length_;
-      const char* newline = static_cast<const char*>(std::memchr(p, '\n', static_cast<size_t>(end - p)));
-      if (newline == nullptr && !eof_) {  // an unfinished line: read more
-        consume(pos);
-        pos = 0;
-        fill();
-        continue;
+      int64_t stop = length_;
+      if (!eof_) {
+        const void* last_newline = memrchr(data + pos, '\n', static_cast<size_t>(length_ - pos));
+        stop = last_newline != nullptr ? static_cast<const char*>(last_newline) - data + 1 : pos;
       }
-      if (p == end) break;
-      const char* line_end = newline ? newline : end;
-      const char* next = newline ? newline + 1 : end;
-      if (!on_line(p, line_end, next, line) || !result_.fatal.empty()) return false;
-      pos = next - data;
-      ++line;
+      if (stop > pos && !scan_lines(data + pos, data + stop, line)) return false;
+      pos = stop;
+      if (eof_) break;
+      consume(pos);
+      pos = 0;
+      fill();
     }
     if (open_.offset >= 0) finish(base_ + length_);
     if (!result_.fatal.empty()) return false;
@@ -147,52 +146,63 @@ class Indexer {
 
   IndexResult take_result() { return std::move(result_); }
 
-  // Joins the part after a split (`tail`, whose lines were counted from 0) to this part, which ends
-  // where `tail` begins, as if one indexer had read both.
-  IndexResult merge(Indexer& tail) {
-    const int64_t base_line = next_line;
-    auto shift = [base_line](int64_t v) { return v + base_line; };
-    if (!tail.result_.fatal.empty()) {  // the fatal error, after this part's errors and the tail's before it
-      append_errors(tail, base_line);
-      IndexResult failed = std::move(tail.result_);
-      failed.fatal_line += base_line;
-      failed.begin = result_.begin;
-      failed.errors = std::move(result_.errors);
-      failed.error_keys = std::move(result_.error_keys);
-      return failed;
-    }
-    for (int64_t i = 0; i < static_cast<int64_t>(tail.offsets_.size()); ++i) {
-      chunker_.add(tail.offsets_.at(i), tail.ends_.at(i), shift(tail.first_lines_.at(i)));
+  // Joins the parts after the split points (`tails`, in file order, their lines counted from 0) to this part,
+  // which ends where the first begins, as if one indexer had read them all.
+  IndexResult merge(std::vector<Indexer>& tails) {
+    std::vector<int64_t> base_lines;  // the line number of each tail's first line
+    int64_t base_line = next_line;
+    for (Indexer& tail : tails) {
+      if (!tail.result_.fatal.empty()) {  // the fatal error, after the errors of every part before it
+        for (size_t k = 0; k < base_lines.size(); ++k) append_errors(tails[k], base_lines[k]);
+        append_errors(tail, base_line);
+        IndexResult failed = std::move(tail.result_);
+        failed.fatal_line += base_line;
+        failed.begin = result_.begin;
+        failed.errors = std::move(result_.errors);
+        failed.error_keys = std::move(result_.error_keys);
+        return failed;
+      }
+      for (int64_t i = 0; i < static_cast<int64_t>(tail.offsets_.size()); ++i) {
+        chunker_.add(tail.offsets_.at(i), tail.ends_.at(i), tail.first_lines_.at(i) + base_line);
+      }
+      base_lines.push_back(base_line);
+      base_line += tail.next_line;
     }
     chunker_.close();
-    const size_t total = offsets_.size() + tail.offsets_.size();
+    size_t total = offsets_.size();
+    for (const Indexer& tail : tails) total += tail.offsets_.size();
     auto same = [](auto v) { return v; };
     result_.offsets.reserve(total);
-    offsets_.drain_into(result_.offsets, same);
-    tail.offsets_.drain_into(result_.offsets, same);
     result_.ends.reserve(total);
-    ends_.drain_into(result_.ends, same);
-    tail.ends_.drain_into(result_.ends, same);
     result_.lengths.reserve(total);
+    offsets_.drain_into(result_.offsets, same);
+    ends_.drain_into(result_.ends, same);
     lengths_.drain_into(result_.lengths, same);
-    tail.lengths_.drain_into(result_.lengths, same);
     if (result_.mode != IdMode::text) {
       result_.keys.reserve(total);
       keys_.drain_into(result_.keys, same);
-      const uint64_t key_shift = result_.mode == IdMode::line ? static_cast<uint64_t>(base_line) : 0;
-      tail.keys_.drain_into(result_.keys, [key_shift](uint64_t k) { return k + key_shift; });
-    } else {
-      const int64_t blob = static_cast<int64_t>(result_.key_blob.size());
-      result_.key_blob.insert(result_.key_blob.end(), tail.result_.key_blob.begin(), tail.result_.key_blob.end());
-      for (size_t i = 1; i < tail.result_.key_offsets.size(); ++i)
-        result_.key_offsets.push_back(tail.result_.key_offsets[i] + blob);
+    }
+    for (size_t k = 0; k < tails.size(); ++k) {
+      Indexer& tail = tails[k];
+      tail.offsets_.drain_into(result_.offsets, same);
+      tail.ends_.drain_into(result_.ends, same);
+      tail.lengths_.drain_into(result_.lengths, same);
+      if (result_.mode != IdMode::text) {
+        const uint64_t key_shift = result_.mode == IdMode::line ? static_cast<uint64_t>(base_lines[k]) : 0;
+        tail.keys_.drain_into(result_.keys, [key_shift](uint64_t key) { return key + key_shift; });
+      } else {
+        const int64_t blob = static_cast<int64_t>(result_.key_blob.size());
+        result_.key_blob.insert(result_.key_blob.end(), tail.result_.key_blob.begin(), tail.result_.key_blob.end());
+        for (size_t i = 1; i < tail.result_.key_offsets.size(); ++i)
+          result_.key_offsets.push_back(tail.result_.key_offsets[i] + blob);
+      }
+      append_errors(tail, base_lines[k]);
+      result_.dropped_lines += tail.result_.dropped_lines;
+      result_.dropped_sequences += tail.result_.dropped_sequences;
+      result_.total_lines += tail.result_.total_lines;
+      bytes_read += tail.bytes_read;
     }
     result_.chunk_starts.push_back(static_cast<int64_t>(total));
-    append_errors(tail, base_line);
-    result_.dropped_lines += tail.result_.dropped_lines;
-    result_.dropped_sequences += tail.result_.dropped_sequences;
-    result_.total_lines += tail.result_.total_lines;
-    bytes_read += tail.bytes_read;
     count_repeated_keys(result_);
     result_.key_blob.shrink_to_fit();
     result_.key_offsets.shrink_to_fit();
@@ -261,25 +271,29 @@ class Indexer {
     bool has_id = false;
     uint64_t key = 0;
     const IdMode mode = result_.mode;
-    if (mode == IdMode::numeric) {
-      while (body < line_end && is_digit(static_cast<unsigned char>(*body))) {
-        const uint64_t digit = static_cast<uint64_t>(*body - '0');
-        if (key > (UINT64_MAX - digit) / 10) {
+    if (mode == IdMode::numeric && repeats_open_id(p, line_end)) {
+      body = p + open_id_length_;
+      key = open_.key;
+      has_id = true;
+    } else if (mode == IdMode::numeric) {
+      while (body < line_end && is_digit(static_cast<unsigned char>(*body))) ++body;
+      constexpr ptrdiff_t kSafeDigits = 19;  // any 19 digits fit in 64 bits: only longer ids are checked
+      for (const char* d = p; d < body; ++d) {
+        const uint64_t digit = static_cast<uint64_t>(*d - '0');
+        if (body - p > kSafeDigits && key > (UINT64_MAX - digit) / 10) {
           set_fatal("sequence id does not fit in an unsigned 64-bit integer", offset, line + 1, 1);
           return false;
         }
         key = key * 10 + digit;
-        ++body;
       }
       has_id = body != p;
     } else if (mode == IdMode::text) {
       while (body < line_end && !is_space(static_cast<unsigned char>(*body)) && *body != '|') ++body;
       has_id = body != p;
-    } else {
-      while (body < line_end && is_digit(static_cast<unsigned char>(*body))) ++body;
     }
 
-    const bool has_content = scan_streams(body, line_end, line);
+    const bool has_content = line_has_stream_;
+    line_has_stream_ = false;
 
     if (mode == IdMode::line) {
       const bool keep = options_.defining_stream >= 0 ? seen_on_line_[options_.defining_stream] == line
@@ -306,6 +320,7 @@ class Indexer {
       open_.offset = offset;
       open_.key = key;
       if (mode == IdMode::text) open_.text_key.assign(p, key_length);
+      remember_open_id(p, key_length);
       open_.first_line = line;
       open_.lines = 0;
     }
@@ -315,24 +330,53 @@ class Indexer {
     return true;
   }
 
-  // Marks the configured streams present on the line; returns whether any was.
-  bool scan_streams(const char* s, const char* line_end, int64_t line) {
-    bool any = false;
-    while (s < line_end) {
-      s = static_cast<const char*>(std::memchr(s, '|', static_cast<size_t>(line_end - s)));
-      if (!s) break;
-      ++s;
-      if (s < line_end && *s == '#') continue;  // a comment runs to the next '|'
-      const char* name_end = s;
-      while (name_end < line_end && is_name_byte(static_cast<unsigned char>(*name_end))) ++name_end;
-      const int stream = find_alias(options_.aliases, s, static_cast<size_t>(name_end - s));
-      if (stream >= 0) {
-        seen_on_line_[stream] = line;
-        any = true;
-      }
-      s = name_end;
+  // Whether the line starts with the digits of the open sequence's id (of at most 7 digits: one 64-bit compare).
+  bool repeats_open_id(const char* p, const char* line_end) const {
+    const int64_t n = open_id_length_;
+    if (n == 0 || line_end - p <= n || buffer_.data() + length_ - p < 8) return false;
+    uint64_t word;
+    std::memcpy(&word, p, 8);
+    return (word & open_id_mask_) == open_id_word_ && !is_digit(static_cast<unsigned char>(p[n]));
+  }
+
+  void remember_open_id(const char* p, size_t length) {
+    open_id_length_ = 0;
+    if (result_.mode != IdMode::numeric || length > 7 || buffer_.data() + length_ - p < 8) return;
+    open_id_mask_ = (uint64_t{1} << (8 * length)) - 1;
+    std::memcpy(&open_id_word_, p, 8);
+    open_id_word_ &= open_id_mask_;
+    open_id_length_ = static_cast<int64_t>(length);
+  }
+
+  // Indexes the lines of [begin, end): complete lines, the last one cut only at the end of the range.
+  bool scan_lines(const char* begin, const char* end, int64_t& line) {
+    const char* line_start = begin;
+    auto on_bar = [&](const char* bar) {
+      mark_stream(bar + 1, end, line);
+      return true;
+    };
+    auto on_newline = [&](const char* newline) {
+      if (!on_line(line_start, newline, newline + 1, line) || !result_.fatal.empty()) return false;
+      line_start = newline + 1;
+      ++line;
+      return true;
+    };
+    if (!for_each_structural(begin, end, on_bar, on_newline)) return false;
+    if (line_start == end) return true;
+    if (!on_line(line_start, end, end, line) || !result_.fatal.empty()) return false;
+    ++line;
+    return true;
+  }
+
+  // Marks the stream whose name starts at s (after a '|') as present on the line, if it is a configured one;
+  // "|#" starts a comment, which runs to the next '|'.
+  void mark_stream(const char* s, const char* limit, int64_t line) {
+    if (s < limit && *s == '#') return;
+    const int stream = names_.match(s, limit);
+    if (stream >= 0) {
+      seen_on_line_[stream] = line;
+      line_has_stream_ = true;
     }
-    return any;
   }
 
   void add_line_counts(int64_t line) {
@@ -416,6 +460,7 @@ class Indexer {
   }
 
   const IndexOptions& options_;
+  NameMatcher names_;
   int fd_ = -1;
   int64_t size_ = 0;
   std::vector<char> buffer_;
@@ -430,6 +475,9 @@ class Indexer {
   BlockColumn<int64_t> first_lines_;  // only the part after a split keeps them (for chunking at the merge)
   Chunker chunker_;
   bool chunking_ = true;
+  bool line_has_stream_ = false;  // a configured stream was seen on the line being scanned
+  int64_t open_id_length_ = 0;    // the open sequence's numeric id as bytes (0: not kept)
+  uint64_t open_id_word_ = 0, open_id_mask_ = 0;
   OpenSequence open_;
   IndexResult result_;
 };
@@ -438,18 +486,17 @@ class Indexer {
 
 namespace {
 
-// A line start near the middle of [begin, size) where a new sequence surely starts (a line in line mode;
-// in id mode a line whose id differs from the last id before it), so both sides index independently and
-// exactly as one pass would. -1 when none is found close to the middle.
-int64_t find_split(int fd, int64_t begin, int64_t size, IdMode mode) {
-  const int64_t middle = begin + (size - begin) / 2;
-  std::vector<char> buffer(static_cast<size_t>(std::min<int64_t>(int64_t{4} << 20, size - middle)));
-  const int64_t got = read_some(fd, middle, static_cast<int64_t>(buffer.size()), buffer.data());
+// A line start at or after `target` (within 4 MiB of it) where a new sequence surely starts (a line in line mode;
+// in id mode a line whose id differs from the last id before it), so both sides index independently and exactly
+// as one pass would. -1 when none is found.
+int64_t find_split(int fd, int64_t target, int64_t size, IdMode mode) {
+  std::vector<char> buffer(static_cast<size_t>(std::min<int64_t>(int64_t{4} << 20, size - target)));
+  const int64_t got = read_some(fd, target, static_cast<int64_t>(buffer.size()), buffer.data());
   const char* data = buffer.data();
   const char* newline = static_cast<const char*>(std::memchr(data, '\n', static_cast<size_t>(got)));
   if (newline == nullptr) return -1;
   int64_t pos = newline - data + 1;
-  if (mode == IdMode::line) return pos < got ? middle + pos : -1;
+  if (mode == IdMode::line) return pos < got ? target + pos : -1;
   bool have_previous = false;
   uint64_t previous_number = 0;
   std::string previous_text;
@@ -472,7 +519,7 @@ int64_t find_split(int fd, int64_t begin, int64_t size, IdMode mode) {
       const bool differs = mode == IdMode::numeric
                                ? number != previous_number
                                : previous_text.compare(0, std::string::npos, line, static_cast<size_t>(token_end - line)) != 0;
-      if (have_previous && differs) return middle + pos;
+      if (have_previous && differs) return target + pos;
       have_previous = true;
       previous_number = number;
       previous_text.assign(line, token_end);
@@ -482,6 +529,18 @@ int64_t find_split(int fd, int64_t begin, int64_t size, IdMode mode) {
   return -1;
 }
 
+// Split points cutting [begin, size) into up to `parts` ranges of about equal bytes (fewer where none is found).
+std::vector<int64_t> find_splits(int fd, int64_t begin, int64_t size, IdMode mode, int parts) {
+  std::vector<int64_t> splits;
+  for (int k = 1; k < parts; ++k) {
+    const int64_t target = begin + (size - begin) / parts * k;
+    if (!splits.empty() && target <= splits.back()) continue;
+    const int64_t split = find_split(fd, target, size, mode);
+    if (split > begin && split < size && (splits.empty() || split > splits.back())) splits.push_back(split);
+  }
+  return splits;
+}
+
 }  // namespace
 
 IndexResult index_file(int fd, int64_t size, const IndexOptions& options) {
@@ -489,42 +548,26 @@ IndexResult index_file(int fd, int64_t size, const IndexOptions& options) {
   int64_t begin = 0, first_line = 0;
   if (!head.preamble(fd, size, begin, first_line)) return head.take_result();
   const IdMode mode = head.mode();
-  const int64_t split = options.threads > 1 && size - begin >= options.parallel_min_bytes
-                            ? find_split(fd, begin, size, mode)
-                            : -1;
-  IndexResult result;
-  int64_t scanned = 0;
-  if (split < 0) {
-    if (!head.scan(fd, begin, size, first_line, mode, true)) return head.take_result();
-    scanned = head.bytes_read;
-    result = head.finalize();
-  } else {
-    Indexer tail(options);
-    bool tail_ok = true;
-    std::exception_ptr tail_error;  // an I/O error in either half is rethrown here, after both are done
-    std::thread worker([&] {
-      try {
-        tail_ok = tail.scan(fd, split, size, 0, mode, false);
-      } catch (...) {
-        tail_error = std::current_exception();
-      }
-    });
-    bool head_ok = false;
-    std::exception_ptr head_error;
-    try {
-      head_ok = head.scan(fd, begin, split, first_line, mode, true);
-    } catch (...) {
-      head_error = std::current_exception();
+  const int parts = static_cast<int>(std::min<int64_t>(options.threads, (size - begin) / std::max<int64_t>(options.parallel_min_bytes / 2, 1)));
+  const std::vector<int64_t> splits = parts > 1 ? find_splits(fd, begin, size, mode, parts) : std::vector<int64_t>{};
+  std::vector<Indexer> tails;  // reserved: an Indexer is not moved once it scans (its chunker points into it)
+  tails.reserve(splits.size());
+  for (size_t k = 0; k < splits.size(); ++k) tails.emplace_back(options);
+  std::vector<char> ok(splits.size() + 1, 0);
+  on_threads(splits.size() + 1, [&](size_t k) {
+    if (k == 0) {
+      ok[0] = head.scan(fd, begin, splits.empty() ? size : splits[0], first_line, mode, true);
+    } else {
+      const int64_t to = k < splits.size() ? splits[k] : size;
+      ok[k] = tails[k - 1].scan(fd, splits[k - 1], to, 0, mode, false);
     }
-    worker.join();
-    if (head_error) std::rethrow_exception(head_error);
-    if (!head_ok) return head.take_result();
-    if (tail_error) std::rethrow_exception(tail_error);
-    scanned = head.bytes_read + (tail_ok ? tail.bytes_read : 0);
-    result = head.merge(tail);
-    if (!tail_ok) return result;
-  }
-  if (result.fatal.empty() && begin + scanned != size) {
+  });
+  if (!ok[0]) return head.take_result();
+  int64_t scanned = head.bytes_read;
+  for (size_t k = 0; k < tails.size(); ++k) scanned += ok[k + 1] ? tails[k].bytes_read : 0;
+  IndexResult result = tails.empty() ? head.finalize() : head.merge(tails);
+  if (!result.fatal.empty()) return result;
+  if (begin + scanned != size) {
     result.fatal = "the file changed while it was indexed (its size is not what it was)";
     result.fatal_offset = begin + scanned;
   }

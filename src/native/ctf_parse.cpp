@@ -3,15 +3,14 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
-#include <exception>
 #include <string>
-#include <thread>
 
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
 
 #include "ctf.hpp"
+#include "threads.hpp"
 
 namespace cntkio::ctf {
 
@@ -338,28 +337,6 @@ void append_shifted(V& to, const V& from, int64_t shift) {  // from[1:] + shift 
   const size_t at = to.size();
   to.resize(at + from.size() - 1);
   for (size_t k = 1; k < from.size(); ++k) to[at + k - 1] = from[k] + shift;
-}
-
-// Runs work(k) for k in [0, runs), k = 0 on the calling thread and the others on threads of their own; the first
-// exception a run threw is rethrown once all have ended.
-template <class Work>
-void on_threads(size_t runs, const Work& work) {
-  if (runs == 0) return;
-  std::vector<std::exception_ptr> failures(runs);
-  auto guarded = [&](size_t k) {
-    try {
-      work(k);
-    } catch (...) {
-      failures[k] = std::current_exception();
-    }
-  };
-  std::vector<std::thread> threads;
-  for (size_t k = 1; k < runs; ++k) threads.emplace_back(guarded, k);
-  guarded(0);
-  for (std::thread& thread : threads) thread.join();
-  for (const std::exception_ptr& failure : failures) {
-    if (failure) std::rethrow_exception(failure);
-  }
 }
 
 template <class T>

@@ -788,8 +788,8 @@ NB_MODULE(_native, m) {
   m.def("ctf_index", &index_ctf, "fd"_a, "size"_a, "force_line_mode"_a, "aliases"_a, "defining_stream"_a,
         "count_lines"_a, "keep_empty_lines"_a, "require_all_inputs"_a, "chunk_size"_a, "threads"_a = 1,
         "parallel_min_bytes"_a = int64_t{64} << 20,
-        "Index the CTF file open as fd, reading it with pread (GIL released); with threads=2 a file of at least "
-        "parallel_min_bytes is indexed in two halves at once, with the same result.");
+        "Index the CTF file open as fd, reading it with pread (GIL released); a file of at least parallel_min_bytes "
+        "is indexed in up to `threads` parts at once (split where a sequence starts), with the same result.");
   m.def("ctf_parse", &parse_file, "fd"_a, "start"_a, "end"_a, "first_line"_a, "starts"_a, "ends"_a, "mode"_a,
         "aliases"_a, "double_precision"_a, "sort_sparse"_a, "threads"_a = 1,
         "Read bytes [start, end) of the file and parse the given sequences into flat NumPy buffers (GIL released), "
