@@ -72,7 +72,7 @@ class Indexer {
       : options_(options),
         names_(options.aliases),
         counts_(options.aliases.size(), 0),
-        seen_on_line_(options.aliases.size(), -1) {}
+        line_streams_((options.aliases.size() + 63) / 64, 0) {}
 
   // Reads the start of the file: BOM, UTF-16 check, leading whitespace, id mode. False on a fatal error.
   bool preamble(int fd, int64_t size, int64_t& begin, int64_t& first_line) {
@@ -296,9 +296,10 @@ class Indexer {
     line_has_stream_ = false;
 
     if (mode == IdMode::line) {
-      const bool keep = options_.defining_stream >= 0 ? seen_on_line_[options_.defining_stream] == line
+      const bool keep = options_.defining_stream >= 0 ? on_this_line(options_.defining_stream)
                                                       : (has_content || options_.keep_empty_lines);
       if (!keep) {
+        clear_line_streams();
         ++result_.dropped_lines;
         return true;
       }
@@ -306,7 +307,7 @@ class Indexer {
       open_.key = static_cast<uint64_t>(line);
       open_.first_line = line;
       open_.lines = 1;
-      add_line_counts(line);
+      add_line_counts();
       finish(base_ + (next - buffer_.data()));
       return true;
     }
@@ -324,9 +325,12 @@ class Indexer {
       open_.first_line = line;
       open_.lines = 0;
     }
-    if (open_.offset < 0) return true;  // cannot happen: the first line carries an id
+    if (open_.offset < 0) {  // cannot happen: the first line carries an id
+      clear_line_streams();
+      return true;
+    }
     ++open_.lines;
-    add_line_counts(line);
+    add_line_counts();
     return true;
   }
 
@@ -352,7 +356,7 @@ class Indexer {
   bool scan_lines(const char* begin, const char* end, int64_t& line) {
     const char* line_start = begin;
     auto on_bar = [&](const char* bar) {
-      mark_stream(bar + 1, end, line);
+      mark_stream(bar + 1, end);
       return true;
     };
     auto on_newline = [&](const char* newline) {
@@ -370,18 +374,26 @@ class Indexer {
 
   // Marks the stream whose name starts at s (after a '|') as present on the line, if it is a configured one;
   // "|#" starts a comment, which runs to the next '|'.
-  void mark_stream(const char* s, const char* limit, int64_t line) {
+  void mark_stream(const char* s, const char* limit) {
     if (s < limit && *s == '#') return;
     const int stream = names_.match(s, limit);
     if (stream >= 0) {
-      seen_on_line_[stream] = line;
+      line_streams_[static_cast<size_t>(stream) / 64] |= uint64_t{1} << (stream % 64);
       line_has_stream_ = true;
     }
   }
 
-  void add_line_counts(int64_t line) {
-    for (size_t i = 0; i < counts_.size(); ++i) counts_[i] += seen_on_line_[i] == line;
+  bool on_this_line(int stream) const { return (line_streams_[static_cast<size_t>(stream) / 64] >> (stream % 64)) & 1; }
+
+  // Counts the line for each stream on it (and forgets them for the next line).
+  void add_line_counts() {
+    for (size_t w = 0; w < line_streams_.size(); ++w) {
+      for (uint64_t bits = line_streams_[w]; bits != 0; bits &= bits - 1) ++counts_[w * 64 + __builtin_ctzll(bits)];
+      line_streams_[w] = 0;
+    }
   }
+
+  void clear_line_streams() { std::fill(line_streams_.begin(), line_streams_.end(), 0); }
 
   std::string key_text() const {
     return result_.mode == IdMode::text ? open_.text_key : std::to_string(open_.key);
@@ -463,12 +475,12 @@ class Indexer {
   NameMatcher names_;
   int fd_ = -1;
   int64_t size_ = 0;
-  std::vector<char> buffer_;
+  Buffer<char> buffer_;  // a mapping of its own: not zero-filled, and its pages given back when it is freed
   int64_t base_ = 0;    // file offset of buffer_[0]
   int64_t length_ = 0;  // valid bytes in buffer_
   bool eof_ = false;
   std::vector<int64_t> counts_;        // lines of the open sequence that hold each stream
-  std::vector<int64_t> seen_on_line_;  // last line on which each stream was seen
+  std::vector<uint64_t> line_streams_;  // bit i: stream i is on the line being scanned
   BlockColumn<int64_t> offsets_, ends_;
   BlockColumn<int32_t> lengths_;
   BlockColumn<uint64_t> keys_;
@@ -490,7 +502,7 @@ namespace {
 // in id mode a line whose id differs from the last id before it), so both sides index independently and exactly
 // as one pass would. -1 when none is found.
 int64_t find_split(int fd, int64_t target, int64_t size, IdMode mode) {
-  std::vector<char> buffer(static_cast<size_t>(std::min<int64_t>(int64_t{4} << 20, size - target)));
+  Buffer<char> buffer(static_cast<size_t>(std::min<int64_t>(int64_t{4} << 20, size - target)));
   const int64_t got = read_some(fd, target, static_cast<int64_t>(buffer.size()), buffer.data());
   const char* data = buffer.data();
   const char* newline = static_cast<const char*>(std::memchr(data, '\n', static_cast<size_t>(got)));
