@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "../src/native/ctf.hpp"
@@ -18,6 +19,32 @@
 using namespace cntkio::ctf;
 
 namespace {
+
+template <class V>
+bool same_bytes(const V& a, const V& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])) == 0);
+}
+
+template <class T>
+void same_result(const ParseResult<T>& a, const ParseResult<T>& b) {
+  check(a.streams.size() == b.streams.size() && a.errors.size() == b.errors.size());
+  for (size_t s = 0; s < a.streams.size(); ++s) {
+    const StreamBuffers<T>& x = a.streams[s];
+    const StreamBuffers<T>& y = b.streams[s];
+    check(x.samples == y.samples && same_bytes(x.values, y.values) && same_bytes(x.indices, y.indices));
+    check(same_bytes(x.indptr, y.indptr) && same_bytes(x.seq_offsets, y.seq_offsets));
+  }
+  for (size_t i = 0; i < a.errors.size(); ++i) {
+    const ErrorRecord& x = a.errors[i];
+    const ErrorRecord& y = b.errors[i];
+    check(x.offset == y.offset && x.kind == y.kind && x.stream == y.stream && x.sequence == y.sequence);
+    check(x.line == y.line && x.column == y.column && x.byte == y.byte);
+  }
+  check(a.stats.padded_samples == b.stats.padded_samples && a.stats.unknown_inputs == b.stats.unknown_inputs);
+  check(a.stats.first_padded_offset == b.stats.first_padded_offset && a.stats.first_padded_line == b.stats.first_padded_line);
+  check(a.stats.first_unknown_offset == b.stats.first_unknown_offset &&
+        a.stats.first_unknown_line == b.stats.first_unknown_line);
+}
 
 template <class T>
 void parse_chunks(int fd, const IndexResult& index, const ParseOptions& options) {
@@ -47,6 +74,11 @@ void parse_chunks(int fd, const IndexResult& index, const ParseOptions& options)
       }
     }
     for (const ErrorRecord& e : r.errors) check(e.offset >= start && e.offset <= end && e.line >= 1 && e.column >= 1);
+    // read and parsed in runs on threads of their own (tiny runs allowed), joined: exactly the same result
+    const std::vector<int64_t> lengths(index.lengths.begin() + a, index.lengths.begin() + b);
+    const ParseResult<T> runs = parse_file_range<T>(fd, start, end - start, index.chunk_first_lines[c], starts.data(),
+                                                    ends.data(), lengths.data(), b - a, options, 3, 1);
+    same_result(r, runs);
   }
 }
 
@@ -66,8 +98,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     options.chunk_size = 64;
     options.block_size = 4096;
     const IndexResult index = index_file(fd, static_cast<int64_t>(size), options);
-    IndexOptions halves = options;  // indexing in two halves at once must give exactly the same index
-    halves.threads = 2;
+    IndexOptions halves = options;  // indexing in parts at once must give exactly the same index
+    halves.threads = 3;
     halves.parallel_min_bytes = 0;
     const IndexResult split = index_file(fd, static_cast<int64_t>(size), halves);
     check(split.fatal == index.fatal && split.fatal_line == index.fatal_line);

@@ -29,6 +29,8 @@ def write(path: Path, with_ids: bool, crlf: bool, final_newline: bool) -> Path:
                 line = f"{prefix}|x 1 oops 3 |y 3:1"  # not a number: an error (counted)
             if s % 12_011 == 7:
                 line += " |zz 4"  # an unknown input: a note
+            if s % 17 == 3:
+                line = f"{prefix}|x {s % 7} |y {entries}"  # two values of three: zero-padded (a note)
             lines.append(line)
     text = ("\r\n" if crlf else "\n").join(lines) + ("\n" if final_newline else "")
     path.write_text(text, newline="")
@@ -93,3 +95,23 @@ def test_a_source_without_parse_threads_uses_the_cores_for_each_chunk(tmp_path: 
             keys += [key for _, key in minibatch.sequence_keys]
         reads.append(keys)
     assert reads[0] == reads[1] and len(reads[0]) > 50_000
+
+
+def test_padded_values_are_zero_in_reused_memory(tmp_path: Path) -> None:
+    """Output buffers are not zero-filled before parsing: the values a short dense sample lacks are written as
+    zeros, also where the memory held another chunk's values just before."""
+    full = "".join(f"{s} |x 9 9 9\n" for s in range(20_000))
+    short = "".join(f"{s} |x {s % 5}\n" for s in range(20_000, 40_000))
+    path = tmp_path / "padded.ctf"
+    path.write_text(full + short)
+    reader = CTFDeserializer(path, StreamDefs(x=StreamDef(field="x", shape=3)), chunk_size_in_bytes=len(full))
+    assert reader.num_chunks() == 2
+    for threads in (1, 2):
+        for _ in range(3):
+            with parsing_with(threads):
+                first = reader.get_chunk(0)
+                assert (first["x"].values == 9).all()
+                del first
+                values = reader.get_chunk(1)["x"].values
+        np.testing.assert_array_equal(values[:, 0], np.arange(20_000, 40_000) % 5)
+        assert not values[:, 1:].any()

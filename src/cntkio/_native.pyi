@@ -32,6 +32,7 @@ def ctf_parse(
     double_precision: bool,
     sort_sparse: bool,
     threads: int = ...,
+    lengths: np.ndarray | None = ...,
 ) -> tuple[list[tuple[np.ndarray, ...]], dict[str, np.ndarray], dict[str, int]]: ...
 def compat_block_order(
     units_per_chunk: list[int], samples_per_chunk: list[int], window: int, sample_window: bool, seed: int

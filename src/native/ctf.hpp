@@ -163,11 +163,11 @@ struct ParseOptions {
 };
 
 template <class T>
-struct StreamBuffers {  // (Mapped: a chunk's arrays are mappings of their own, given back when freed)
-  Mapped<T> values;
-  Mapped<int32_t> indices;       // sparse only
-  Mapped<int64_t> indptr{0};     // sparse only: per-sample entry offsets
-  Mapped<int64_t> seq_offsets{0};  // per-sequence sample offsets
+struct StreamBuffers {  // (Buffer: mappings of their own when large, given back when freed; not zero-filled)
+  Buffer<T> values;
+  Buffer<int32_t> indices;       // sparse only
+  Buffer<int64_t> indptr{0};     // sparse only: per-sample entry offsets
+  Buffer<int64_t> seq_offsets{0};  // per-sequence sample offsets
   int64_t samples = 0;
 };
 
@@ -183,19 +183,33 @@ struct ParseResult {
   ParseStats stats;
 };
 
+// How much room to reserve in the output buffers before parsing (untouched reserved pages cost no memory): for
+// `samples` samples per stream (at most; -1: count the rows), `bytes` bytes of text and `sequences` sequences. A
+// run reserves for the whole chunk when the others are joined onto it.
+struct Reservation {
+  int64_t samples = -1;
+  int64_t bytes = 0;
+  int64_t sequences = 0;
+};
+
 // Parses the sequences [starts[i], ends[i]) of data[0, size) (offsets relative to data, whose
 // first byte is at absolute file offset `base`, on 0-based line `first_line`). Sequences start at line
-// starts. Errors get their line and column in one pass over the buffer.
+// starts. Errors get their line and column in one pass over the buffer. `room` (default: for these sequences,
+// rows counted) is a hint: buffers grow past it when needed.
 template <class T>
 ParseResult<T> parse_sequences(const char* data, int64_t size, int64_t base, int64_t first_line,
-                               const int64_t* starts, const int64_t* ends, int64_t n, const ParseOptions& options);
+                               const int64_t* starts, const int64_t* ends, int64_t n, const ParseOptions& options,
+                               const Reservation* room = nullptr);
 
-// parse_sequences with the sequences split into up to `parts` runs of about equal bytes, parsed on threads of their
-// own and joined: the same result (arrays, errors with their sequence numbers, lines and columns, stats) as one
-// call. Fewer parts when there are few sequences or few bytes.
+// Reads bytes [start, start + size) of the file open as `fd` and parses the sequences [starts[i], ends[i]) of them
+// (relative to `start`, whose line is `first_line`; `lengths`, the index's sample counts of the sequences, or
+// null, bound the buffers to reserve), split into up to `parts` runs of about equal bytes, each read
+// and parsed on a thread of its own, then joined: the same result (arrays, errors with their sequence numbers, lines
+// and columns, stats) as one run. Fewer parts when there are few sequences or fewer than `min_part_bytes` bytes per part. Throws ShortRead when the
+// file ends early.
 template <class T>
-ParseResult<T> parse_sequences_parallel(const char* data, int64_t size, int64_t base, int64_t first_line,
-                                        const int64_t* starts, const int64_t* ends, int64_t n,
-                                        const ParseOptions& options, int parts);
+ParseResult<T> parse_file_range(int fd, int64_t start, int64_t size, int64_t first_line, const int64_t* starts,
+                                const int64_t* ends, const int64_t* lengths, int64_t n, const ParseOptions& options,
+                                int parts, int64_t min_part_bytes = int64_t{1} << 20);
 
 }  // namespace cntkio::ctf

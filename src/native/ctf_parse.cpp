@@ -10,6 +10,7 @@
 #endif
 
 #include "ctf.hpp"
+#include "file_io.hpp"
 #include "threads.hpp"
 
 namespace cntkio::ctf {
@@ -31,8 +32,8 @@ class Parser {
 
   // Every row of every sequence ends with '\n' inside the buffer (the caller guarantees a final
   // '\n'), so the scanning loops below stop at it without checking bounds.
-  ParseResult<T> run(const int64_t* starts, const int64_t* ends, int64_t n, int64_t first_line) {
-    reserve(starts, ends, n);
+  ParseResult<T> run(const int64_t* starts, const int64_t* ends, int64_t n, int64_t first_line, const Reservation* room) {
+    reserve(room != nullptr ? *room : count_rows(starts, ends, n));
     for (sequence_ = 0; sequence_ < n; ++sequence_) {
       const char* p = data_ + starts[sequence_];
       const char* end = data_ + ends[sequence_];
@@ -79,29 +80,35 @@ class Parser {
   }
 
  private:
-  // Reserves the output buffers once (untouched reserved pages cost no memory), so they are neither
-  // copied while growing nor faulted in 4 KiB at a time.
-  void reserve(const int64_t* starts, const int64_t* ends, int64_t sequences) {
-    int64_t bytes = 0, rows = 1;
+  // Room for the sequences when no sample counts are known: a sample per row (rows counted).
+  Reservation count_rows(const int64_t* starts, const int64_t* ends, int64_t sequences) const {
+    Reservation room{1, 0, sequences};
     for (int64_t i = 0; i < sequences; ++i) {
-      bytes += ends[i] - starts[i];
+      room.bytes += ends[i] - starts[i];
       const char* end = data_ + ends[i];
       for (const char* p = data_ + starts[i]; (p = static_cast<const char*>(std::memchr(p, '\n', end - p))); ++p) {
-        ++rows;
+        ++room.samples;
       }
     }
+    return room;
+  }
+
+  // Reserves the output buffers once (untouched reserved pages cost no memory), so they are neither
+  // copied while growing nor faulted in 4 KiB at a time.
+  void reserve(const Reservation& room) {
+    const int64_t samples = std::min(room.samples, room.bytes + 1);  // a sample takes at least one byte
     for (size_t i = 0; i < result_.streams.size(); ++i) {
       StreamBuffers<T>& buffers = result_.streams[i];
       const Alias& alias = options_.aliases[i];
-      buffers.seq_offsets.reserve(static_cast<size_t>(sequences) + 1);
+      buffers.seq_offsets.reserve(static_cast<size_t>(room.sequences) + 1);
       if (alias.sparse) {
-        const size_t entries = static_cast<size_t>(bytes / 4 + 1);  // "i:v " takes at least 4 bytes
+        const size_t entries = static_cast<size_t>(room.bytes / 4 + 1);  // "i:v " takes at least 4 bytes
         reserve_large(buffers.values, entries);
         reserve_large(buffers.indices, entries);
-        buffers.indptr.reserve(static_cast<size_t>(rows) + 1);
+        buffers.indptr.reserve(static_cast<size_t>(samples) + 1);
       } else {
-        const double most = static_cast<double>(rows) * static_cast<double>(alias.dim);
-        reserve_large(buffers.values, static_cast<size_t>(std::min<double>(most, static_cast<double>(bytes) + 1)));
+        const double most = static_cast<double>(samples) * static_cast<double>(alias.dim);
+        reserve_large(buffers.values, static_cast<size_t>(std::min<double>(most, static_cast<double>(room.bytes) + 1)));
       }
     }
   }
@@ -208,7 +215,10 @@ class Parser {
       if (!value(p, stream, out[count])) return reject(buffers, start, p);
       ++count;
     }
-    if (count < dim) note(result_.stats.padded_samples, result_.stats.first_padded_offset, bar);
+    if (count < dim) {
+      std::fill(out + count, out + dim, T{0});
+      note(result_.stats.padded_samples, result_.stats.first_padded_offset, bar);
+    }
     ++buffers.samples;
     return true;
   }
@@ -319,38 +329,49 @@ class Parser {
 
 template <class T>
 ParseResult<T> parse_sequences(const char* data, int64_t size, int64_t base, int64_t first_line,
-                               const int64_t* starts, const int64_t* ends, int64_t n, const ParseOptions& options) {
+                               const int64_t* starts, const int64_t* ends, int64_t n, const ParseOptions& options,
+                               const Reservation* room) {
   if (size > 0 && data[size - 1] == '\n') {
-    return Parser<T>(data, size, base, options).run(starts, ends, n, first_line);
+    return Parser<T>(data, size, base, options).run(starts, ends, n, first_line, room);
   }
   std::string terminated(data, static_cast<size_t>(size));  // final row without a newline
   terminated.push_back('\n');
-  return Parser<T>(terminated.data(), size + 1, base, options).run(starts, ends, n, first_line);
+  return Parser<T>(terminated.data(), size + 1, base, options).run(starts, ends, n, first_line, room);
 }
 
 namespace {
 
-constexpr int64_t kMinBytesPerPart = int64_t{1} << 20;
+// A piece of the join: `count` values copied from `from` to `to`, `shift` added to each (offset arrays).
+struct CopyPiece {
+  void* to;
+  const void* from;
+  size_t count;
+  size_t width;   // bytes per value
+  int64_t shift;  // added to each int64 value; 0: a plain copy
+};
 
-template <class V>
-void append_shifted(V& to, const V& from, int64_t shift) {  // from[1:] + shift (offset arrays: from[0] == 0)
-  const size_t at = to.size();
-  to.resize(at + from.size() - 1);
-  for (size_t k = 1; k < from.size(); ++k) to[at + k - 1] = from[k] + shift;
+void add_pieces(std::vector<CopyPiece>& pieces, void* to, const void* from, size_t count, size_t width,
+                int64_t shift, size_t piece_bytes) {
+  const size_t step = std::max<size_t>(piece_bytes / width, 1);
+  for (size_t at = 0; at < count; at += step) {
+    pieces.push_back({static_cast<char*>(to) + at * width, static_cast<const char*>(from) + at * width,
+                      std::min(step, count - at), width, shift});
+  }
 }
 
-template <class T>
-void join_into(ParseResult<T>& into, ParseResult<T>& part, int64_t first_sequence) {
-  for (size_t s = 0; s < into.streams.size(); ++s) {
-    StreamBuffers<T>& a = into.streams[s];
-    StreamBuffers<T>& b = part.streams[s];
-    const auto entries = static_cast<int64_t>(a.values.size());
-    a.values.insert(a.values.end(), b.values.begin(), b.values.end());
-    a.indices.insert(a.indices.end(), b.indices.begin(), b.indices.end());
-    append_shifted(a.indptr, b.indptr, entries);
-    append_shifted(a.seq_offsets, b.seq_offsets, a.samples);
-    a.samples += b.samples;
+void copy_piece(const CopyPiece& piece) {
+  if (piece.shift == 0) {
+    std::memcpy(piece.to, piece.from, piece.count * piece.width);
+    return;
   }
+  const auto* from = static_cast<const int64_t*>(piece.from);
+  auto* to = static_cast<int64_t*>(piece.to);
+  for (size_t i = 0; i < piece.count; ++i) to[i] = from[i] + piece.shift;
+}
+
+// Adds a run's errors (their sequence numbers shifted) and notes to the joined result.
+template <class T>
+void add_notes(ParseResult<T>& into, const ParseResult<T>& part, int64_t first_sequence) {
   for (ErrorRecord e : part.errors) {
     e.sequence += first_sequence;
     into.errors.push_back(e);
@@ -371,17 +392,83 @@ void join_into(ParseResult<T>& into, ParseResult<T>& part, int64_t first_sequenc
   x.unknown_inputs += y.unknown_inputs;
 }
 
+// Joins the runs after the first onto it: each array grows to its total (run 0 reserved room for every run), then the
+// runs' arrays are copied into place in pieces spread over `threads` threads (offset arrays shifted as they go).
+template <class T>
+ParseResult<T> join_runs(std::vector<ParseResult<T>>& results, const std::vector<int64_t>& cut, size_t threads) {
+  ParseResult<T> joined = std::move(results[0]);
+  std::vector<CopyPiece> pieces;
+  size_t total_bytes = 0;
+  for (size_t k = 1; k < results.size(); ++k) {
+    for (const StreamBuffers<T>& b : results[k].streams) {
+      total_bytes += b.values.size() * sizeof(T) + b.indices.size() * 4 + (b.indptr.size() + b.seq_offsets.size()) * 8;
+    }
+  }
+  const size_t piece_bytes = std::max<size_t>(total_bytes / (4 * threads), size_t{1} << 16);
+  for (size_t s = 0; s < joined.streams.size(); ++s) {
+    StreamBuffers<T>& into = joined.streams[s];
+    size_t values = into.values.size(), indices = into.indices.size(), indptr = into.indptr.size(),
+           offsets = into.seq_offsets.size();
+    for (size_t k = 1; k < results.size(); ++k) {
+      const StreamBuffers<T>& b = results[k].streams[s];
+      values += b.values.size();
+      indices += b.indices.size();
+      indptr += b.indptr.size() - 1;
+      offsets += b.seq_offsets.size() - 1;
+    }
+    size_t at_values = into.values.size(), at_indices = into.indices.size(), at_indptr = into.indptr.size(),
+           at_offsets = into.seq_offsets.size();
+    int64_t samples = into.samples;
+    into.values.resize(values);
+    into.indices.resize(indices);
+    into.indptr.resize(indptr);
+    into.seq_offsets.resize(offsets);
+    for (size_t k = 1; k < results.size(); ++k) {
+      const StreamBuffers<T>& b = results[k].streams[s];
+      add_pieces(pieces, into.values.data() + at_values, b.values.data(), b.values.size(), sizeof(T), 0, piece_bytes);
+      add_pieces(pieces, into.indices.data() + at_indices, b.indices.data(), b.indices.size(), 4, 0, piece_bytes);
+      add_pieces(pieces, into.indptr.data() + at_indptr, b.indptr.data() + 1, b.indptr.size() - 1, 8,
+                 static_cast<int64_t>(at_values), piece_bytes);
+      add_pieces(pieces, into.seq_offsets.data() + at_offsets, b.seq_offsets.data() + 1, b.seq_offsets.size() - 1, 8,
+                 samples, piece_bytes);
+      at_values += b.values.size();
+      at_indices += b.indices.size();
+      at_indptr += b.indptr.size() - 1;
+      at_offsets += b.seq_offsets.size() - 1;
+      samples += b.samples;
+    }
+    into.samples = samples;
+  }
+  on_threads(threads, [&](size_t k) {
+    for (size_t i = k; i < pieces.size(); i += threads) copy_piece(pieces[i]);
+  });
+  for (size_t k = 1; k < results.size(); ++k) add_notes(joined, results[k], cut[k]);
+  return joined;
+}
+
+
+// Adds `lines` to the line numbers of a run's errors and notes (located from the run's first line, as line 0).
+template <class T>
+void shift_lines(ParseResult<T>& r, int64_t lines) {
+  for (ErrorRecord& e : r.errors) e.line += lines;
+  if (r.stats.first_padded_offset >= 0) r.stats.first_padded_line += lines;
+  if (r.stats.first_unknown_offset >= 0) r.stats.first_unknown_line += lines;
+}
+
+template <class T>
+bool has_located(const ParseResult<T>& r) {
+  return !r.errors.empty() || r.stats.first_padded_offset >= 0 || r.stats.first_unknown_offset >= 0;
+}
+
 }  // namespace
 
 template <class T>
-ParseResult<T> parse_sequences_parallel(const char* data, int64_t size, int64_t base, int64_t first_line,
-                                        const int64_t* starts, const int64_t* ends, int64_t n,
-                                        const ParseOptions& options, int parts) {
-  parts = static_cast<int>(std::min<int64_t>({parts, n, size / kMinBytesPerPart}));
-  if (parts <= 1 || size <= 0 || data[size - 1] != '\n') {
-    return parse_sequences<T>(data, size, base, first_line, starts, ends, n, options);
-  }
-  // run k: sequences [cut[k], cut[k + 1]), bytes [starts[cut[k]], starts[cut[k + 1]]) (the last to the end)
+ParseResult<T> parse_file_range(int fd, int64_t start, int64_t size, int64_t first_line, const int64_t* starts,
+                                const int64_t* ends, const int64_t* lengths, int64_t n, const ParseOptions& options,
+                                int parts, int64_t min_part_bytes) {
+  parts = static_cast<int>(std::min<int64_t>({parts, n, size / std::max<int64_t>(min_part_bytes, 1)}));
+  // run k: sequences [cut[k], cut[k + 1]), bytes [starts[cut[k]], starts[cut[k + 1]]) (the first from 0, the last
+  // to the end): each begins where a sequence, so a line, begins
   std::vector<int64_t> cut{0};
   for (int k = 1; k < parts; ++k) {
     const int64_t target = size / parts * k;
@@ -390,49 +477,50 @@ ParseResult<T> parse_sequences_parallel(const char* data, int64_t size, int64_t 
   }
   cut.push_back(n);
   const size_t runs = cut.size() - 1;
-  if (runs == 1) return parse_sequences<T>(data, size, base, first_line, starts, ends, n, options);
   auto from = [&](size_t k) { return k == 0 ? int64_t{0} : starts[cut[k]]; };
   auto to = [&](size_t k) { return k + 1 == runs ? size : starts[cut[k + 1]]; };
-  // Lines before each run: the runs but the last count their own bytes' newlines (in parallel), then a prefix sum.
-  std::vector<int64_t> lines(runs, 0);
-  lines[0] = first_line;
-  on_threads(runs - 1, [&](size_t k) { lines[k + 1] = std::count(data + from(k), data + to(k), '\n'); });
-  for (size_t k = 1; k < runs; ++k) lines[k] += lines[k - 1];
+  std::vector<Reservation> rooms(runs);  // with sample counts: run 0 has room for every run, joined onto it
+  for (size_t k = 0; k < runs && lengths != nullptr; ++k) {
+    rooms[k] = {std::accumulate(lengths + cut[k], lengths + cut[k + 1], int64_t{0}), to(k) - from(k),
+                cut[k + 1] - cut[k]};
+  }
+  if (lengths != nullptr) rooms[0] = {std::accumulate(lengths, lengths + n, int64_t{0}), size, n};
+  std::vector<Buffer<char>> texts(runs);
   std::vector<ParseResult<T>> results(runs);
-  on_threads(runs, [&](size_t k) {
-    const int64_t a = cut[k], b = cut[k + 1], begin = from(k);
+  on_threads(runs, [&](size_t k) {  // each run reads its own bytes and parses them, its lines counted from 0
+    const int64_t a = cut[k], b = cut[k + 1], begin = from(k), length = to(k) - begin;
+    Buffer<char>& text = texts[k];
+    text.reserve(static_cast<size_t>(length) + 1);
+    text.resize(static_cast<size_t>(length));
+    read_exact(fd, start + begin, length, text.data());
+    if (text.empty() || text.back() != '\n') text.push_back('\n');  // the final row without a newline
     std::vector<int64_t> run_starts(starts + a, starts + b), run_ends(ends + a, ends + b);
     for (int64_t& v : run_starts) v -= begin;
     for (int64_t& v : run_ends) v -= begin;
-    results[k] = parse_sequences<T>(data + begin, to(k) - begin, base + begin, lines[k], run_starts.data(),
-                                    run_ends.data(), b - a, options);
+    results[k] = parse_sequences<T>(text.data(), static_cast<int64_t>(text.size()), start + begin,
+                                    k == 0 ? first_line : 0, run_starts.data(), run_ends.data(), b - a, options,
+                                    lengths != nullptr ? &rooms[k] : nullptr);
   });
-  for (size_t s = 0; s < results[0].streams.size(); ++s) {  // room for every run at once: one copy of each
-    size_t values = 0, indptr = 0, offsets = 0;
-    for (const ParseResult<T>& r : results) {
-      values += r.streams[s].values.size();
-      indptr += r.streams[s].indptr.size();
-      offsets += r.streams[s].seq_offsets.size();
-    }
-    StreamBuffers<T>& into = results[0].streams[s];
-    into.values.reserve(values);
-    if (!into.indices.empty()) into.indices.reserve(values);
-    into.indptr.reserve(indptr);
-    into.seq_offsets.reserve(offsets);
+  int64_t lines = first_line;  // before run k; counted only as far as a later run has errors or notes to place
+  size_t counted = 0;
+  for (size_t k = 1; k < runs; ++k) {
+    if (!has_located(results[k])) continue;
+    for (; counted < k; ++counted) lines += std::count(texts[counted].begin(), texts[counted].end(), '\n');
+    shift_lines(results[k], lines);
   }
-  ParseResult<T> joined = std::move(results[0]);
-  for (size_t k = 1; k < runs; ++k) join_into(joined, results[k], cut[k]);
-  return joined;
+  texts.clear();
+  if (runs == 1) return std::move(results[0]);
+  return join_runs(results, cut, runs);
 }
 
-template ParseResult<float> parse_sequences_parallel<float>(const char*, int64_t, int64_t, int64_t, const int64_t*,
-                                                            const int64_t*, int64_t, const ParseOptions&, int);
-template ParseResult<double> parse_sequences_parallel<double>(const char*, int64_t, int64_t, int64_t,
-                                                              const int64_t*, const int64_t*, int64_t,
-                                                              const ParseOptions&, int);
+template ParseResult<float> parse_file_range<float>(int, int64_t, int64_t, int64_t, const int64_t*, const int64_t*,
+                                                    const int64_t*, int64_t, const ParseOptions&, int, int64_t);
+template ParseResult<double> parse_file_range<double>(int, int64_t, int64_t, int64_t, const int64_t*, const int64_t*,
+                                                      const int64_t*, int64_t, const ParseOptions&, int, int64_t);
 template ParseResult<float> parse_sequences<float>(const char*, int64_t, int64_t, int64_t, const int64_t*,
-                                                   const int64_t*, int64_t, const ParseOptions&);
+                                                   const int64_t*, int64_t, const ParseOptions&, const Reservation*);
 template ParseResult<double> parse_sequences<double>(const char*, int64_t, int64_t, int64_t, const int64_t*,
-                                                     const int64_t*, int64_t, const ParseOptions&);
+                                                     const int64_t*, int64_t, const ParseOptions&,
+                                                     const Reservation*);
 
 }  // namespace cntkio::ctf

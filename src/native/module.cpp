@@ -133,12 +133,13 @@ nb::dict index_ctf(int fd, int64_t size, bool force_line_mode, const std::vector
 }
 
 template <class T>
-nb::tuple parse_typed(const char* text, int64_t size, int64_t base, int64_t first_line, const int64_t* starts,
-                      const int64_t* ends, int64_t n, const ParseOptions& options, int threads) {
+nb::tuple parse_typed(int fd, int64_t start, int64_t size, int64_t first_line, const int64_t* starts,
+                      const int64_t* ends, const int64_t* lengths, int64_t n, const ParseOptions& options,
+                      int threads) {
   ParseResult<T> r;
   {
     nb::gil_scoped_release release;
-    r = parse_sequences_parallel<T>(text, size, base, first_line, starts, ends, n, options, threads);
+    r = parse_file_range<T>(fd, start, size, first_line, starts, ends, lengths, n, options, threads);
   }
   nb::list streams;
   for (size_t i = 0; i < r.streams.size(); ++i) {
@@ -166,10 +167,11 @@ nb::tuple parse_typed(const char* text, int64_t size, int64_t base, int64_t firs
   return nb::make_tuple(streams, errors_to_dict(std::move(r.errors)), stats);
 }
 
-// Reads [start, end) of the file and parses the sequences [starts[i], ends[i]) (relative to start).
+// Reads [start, end) of the file and parses the sequences [starts[i], ends[i]) (relative to start); `lengths`, their
+// sample counts from the index, size the output buffers up front.
 nb::tuple parse_file(int fd, int64_t start, int64_t end, int64_t first_line, OffsetArray starts, OffsetArray ends,
                      int mode, const std::vector<AliasSpec>& aliases, bool double_precision, bool sort_sparse,
-                     int threads) {
+                     int threads, std::optional<OffsetArray> lengths) {
   if (threads < 1 || threads > 256) throw nb::value_error("threads must be in [1, 256]");
   if (starts.shape(0) != ends.shape(0)) throw nb::value_error("starts and ends differ in length");
   if (mode < 0 || mode > 2) throw nb::value_error("mode must be 0 (line), 1 (numeric) or 2 (text)");
@@ -180,25 +182,20 @@ nb::tuple parse_file(int fd, int64_t start, int64_t end, int64_t first_line, Off
     if (starts.data()[i] < 0 || starts.data()[i] > ends.data()[i] || ends.data()[i] > size)
       throw nb::value_error("sequence byte range outside the chunk");
   }
+  const int64_t* counts = nullptr;
+  if (lengths) {
+    if (static_cast<int64_t>(lengths->shape(0)) != n) throw nb::value_error("lengths and starts differ in length");
+    counts = lengths->data();
+    if (std::any_of(counts, counts + n, [](int64_t v) { return v < 0; })) throw nb::value_error("negative length");
+  }
   ParseOptions options;
   options.mode = static_cast<IdMode>(mode);
   options.aliases = to_aliases(aliases);
   options.sort_sparse = sort_sparse;
-  Buffer<char> buffer;  // not zero-filled: the read writes every byte
-  buffer.reserve(static_cast<size_t>(size) + 1);
-  buffer.resize(static_cast<size_t>(size));
-  {
-    nb::gil_scoped_release release;
-    read_exact(fd, start, size, buffer.data());
-    if (buffer.empty() || buffer.back() != '\n') buffer.push_back('\n');  // the final row without a newline
-  }
-  const auto length = static_cast<int64_t>(buffer.size());
   if (double_precision) {
-    return parse_typed<double>(buffer.data(), length, start, first_line, starts.data(), ends.data(), n, options,
-                               threads);
+    return parse_typed<double>(fd, start, size, first_line, starts.data(), ends.data(), counts, n, options, threads);
   }
-  return parse_typed<float>(buffer.data(), length, start, first_line, starts.data(), ends.data(), n, options,
-                            threads);
+  return parse_typed<float>(fd, start, size, first_line, starts.data(), ends.data(), counts, n, options, threads);
 }
 
 nb::tuple compat_order(const std::vector<int64_t>& units_per_chunk, const std::vector<int64_t>& samples_per_chunk,
@@ -791,9 +788,10 @@ NB_MODULE(_native, m) {
         "Index the CTF file open as fd, reading it with pread (GIL released); a file of at least parallel_min_bytes "
         "is indexed in up to `threads` parts at once (split where a sequence starts), with the same result.");
   m.def("ctf_parse", &parse_file, "fd"_a, "start"_a, "end"_a, "first_line"_a, "starts"_a, "ends"_a, "mode"_a,
-        "aliases"_a, "double_precision"_a, "sort_sparse"_a, "threads"_a = 1,
+        "aliases"_a, "double_precision"_a, "sort_sparse"_a, "threads"_a = 1, "lengths"_a = nb::none(),
         "Read bytes [start, end) of the file and parse the given sequences into flat NumPy buffers (GIL released), "
-        "on up to `threads` threads (runs of sequences of about equal bytes, joined: the same result).");
+        "on up to `threads` threads (runs of sequences of about equal bytes, joined: the same result); `lengths` "
+        "(int64, the index's sample counts) size the output buffers up front.");
   m.def("join_keys", &join_keys, "primary"_a, "secondary"_a, "by_text"_a, "keep_last"_a,
         "Join key columns (kind, values|blob, offsets|None) with a hash table (GIL released): (match, "
         "duplicates in the secondary, first duplicate rows).");

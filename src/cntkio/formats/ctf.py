@@ -295,6 +295,7 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
                 self.dtype == np.float64,
                 not self.compat,
                 threads=min(parse_parallelism(), 8),  # idle parse threads help parse this chunk
+                lengths=self._index.lengths[a:b].astype(np.int64),  # output buffers sized once
             )
         except _native.ShortRead:
             raise FormatError(
