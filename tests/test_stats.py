@@ -64,3 +64,19 @@ def test_trace_level_2_logs_the_stats_at_each_sweep_end(data: Path, caplog: pyte
             pass
     lines = [r.getMessage() for r in caplog.records if "where the time went" in r.getMessage()]
     assert len(lines) == 2 and "parse" in lines[0]
+
+
+def test_stage_times_after_many_reads_are_estimated_from_a_sample(data: Path) -> None:
+    """Past the first reads, the reading thread's stages are timed on one read in STAGE_SAMPLE and scaled: every
+    stage still shows time, the time in the reader never exceeds the time elapsed, and the counts stay exact."""
+    from cntkio.stats import STAGE_SAMPLE
+
+    source = MinibatchSource(CTFDeserializer(data, STREAMS), max_sweeps=20, randomization_seed=1)
+    reads = 0
+    while source.next_minibatch(7):
+        reads += 1
+    stats = source.stats()
+    assert reads > 4 * STAGE_SAMPLE
+    assert stats.minibatches == stats.counts["assemble"] == reads and stats.sequences == 20 * 300
+    assert all(stats.seconds[stage] > 0 for stage in ("randomize", "plan", "assemble", "handoff"))
+    assert 0 < stats.in_reader <= stats.elapsed

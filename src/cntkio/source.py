@@ -180,7 +180,8 @@ class MinibatchSource:
         self._assembler = Assembler(self._corpus, self._cache)
         self._slots = BpttSlots(self.truncation_length)
         self._planned: tuple[Any, ...] | None = None  # the block whose chunks are loaded
-        self._marks = [0.0, 0.0, 0.0]  # perf_counter when a read's selection, chunk plan and gather ended
+        self._stage_ends = [0.0, 0.0, 0.0]  # perf_counter when a read's selection, chunk plan and gather ended
+        self._marks: list[float] | None = None  # _stage_ends during a read whose stages are timed, else None
         self._lock = threading.RLock()
         self._fingerprint_text = self._fingerprint()
         self._closed = False
@@ -296,12 +297,16 @@ class MinibatchSource:
         partitions, index = self._check_partition(num_data_partitions, partition_index)
         with self._lock:
             self._check_open()
-            clock, marks = self._clock, self._marks
-            marks[0] = marks[1] = marks[2] = started = time.perf_counter()
-            waited = clock.wait
-            result = self._read(minibatch_size_in_samples, partitions, index, True)
-            sequences = len(result.provenance.units) if isinstance(result, Minibatch) else 0
-            clock.read(started, marks[0], marks[1], clock.wait - waited, marks[2], time.perf_counter(), sequences)
+            clock = self._clock
+            clock.countdown -= 1
+            if clock.countdown:
+                result = self._read(minibatch_size_in_samples, partitions, index, True)
+            else:
+                result = self._timed_read(minibatch_size_in_samples, partitions, index)
+            if isinstance(result, Minibatch):
+                clock.sequences += len(result.provenance.units)
+            else:
+                clock.empty_reads += 1
             if not isinstance(result, Minibatch):
                 return {}
             if self.trace_level >= 2 and any(d.end_of_sweep for d in result.values()):
@@ -313,6 +318,19 @@ class MinibatchSource:
         )
         mapped.provenance = result.provenance
         return mapped
+
+    def _timed_read(self, minibatch_size: int, partitions: int, index: int) -> Minibatch | bool | None:
+        """:meth:`_read` with its stages timed for :meth:`stats` (one read in ``STAGE_SAMPLE``)."""
+        clock, marks = self._clock, self._stage_ends
+        marks[0] = marks[1] = marks[2] = started = time.perf_counter()
+        waited = clock.wait
+        self._marks = marks
+        try:
+            result = self._read(minibatch_size, partitions, index, True)
+        finally:
+            self._marks = None
+        clock.timed_read(started, marks, time.perf_counter(), clock.wait - waited)
+        return result
 
     def skip_minibatch(
         self, minibatch_size_in_samples: int, num_data_partitions: int | None = None, partition_index: int | None = None
@@ -370,7 +388,8 @@ class MinibatchSource:
                 budget, partitions, index, self._epoch_end, SWEEP_VERSIONS if versioned else None
             )
             marks = self._marks
-            marks[0] = marks[1] = marks[2] = time.perf_counter()  # (stage ends, for the stage clock)
+            if marks is not None:  # (stage ends, for the stage clock)
+                marks[0] = marks[1] = marks[2] = time.perf_counter()
             if not len(selection.units):
                 return None
             if not gather:
@@ -381,11 +400,13 @@ class MinibatchSource:
                     f"as invalid; see the errors counted under max_errors)"
                 )
             self._load(selection)
-            marks[1] = marks[2] = time.perf_counter()
+            if marks is not None:
+                marks[1] = marks[2] = time.perf_counter()
             sweeps = selection.sweeps() if versioned else None
             sweep_ended = sweep_ended or bool(selection.sweep_ends)
             minibatch = self._assembler.minibatch(selection.units, selection.chunks, sweep_ended, sweeps=sweeps)
-            marks[2] = time.perf_counter()
+            if marks is not None:
+                marks[2] = time.perf_counter()
             if len(minibatch.provenance.units):
                 return minibatch
             skipped += len(selection.units)
@@ -412,14 +433,17 @@ class MinibatchSource:
         if not gather:
             return True
         marks = self._marks
-        marks[0] = marks[1] = marks[2] = time.perf_counter()
+        if marks is not None:
+            marks[0] = marks[1] = marks[2] = time.perf_counter()
         chunks = self._corpus.chunk_of_units(units)
         self._load(Selection(units, chunks, counts, []), extra=self._slots.units())
-        marks[1] = marks[2] = time.perf_counter()
+        if marks is not None:
+            marks[1] = marks[2] = time.perf_counter()
         minibatch = self._assembler.minibatch(
             units, chunks, end_of_sweep, (offsets, counts, rows), len(self._slots.slots)
         )
-        marks[2] = time.perf_counter()
+        if marks is not None:
+            marks[2] = time.perf_counter()
         return minibatch
 
     def _load(self, selection: Selection, extra: list[int] | None = None) -> None:

@@ -1,7 +1,12 @@
 """Where a source's time goes: per-stage seconds and counts, and how long the consumer waited for the reader.
 
-The reader adds to a :class:`StageClock` as it works (a few ``perf_counter`` calls per minibatch and per chunk, well
-under 1 % of the work); :meth:`cntkio.MinibatchSource.stats` returns a :class:`ReaderStats` snapshot. Stages:
+The reader adds to a :class:`StageClock` as it works: per chunk, per wait for a chunk, and on the first
+:data:`STAGE_SAMPLE` reads and one read in :data:`STAGE_SAMPLE` after them (a few ``perf_counter`` calls: well under
+1 % of the work); :meth:`cntkio.MinibatchSource.stats` returns a :class:`ReaderStats` snapshot. Counts and the
+``index``, ``parse``, ``load`` and ``wait`` seconds are exact; the reading thread's other stages (``randomize``,
+``plan``, ``assemble``, ``handoff``) are exact for the first reads and then estimated from a systematic sample of the
+reads (their cost hardly varies from read to read; waits, which do, are timed whenever they happen), and so is the
+time in the reader. Stages:
 
 * ``index``: building the deserializers' indexes and joining them (once, when the source is built);
 * ``parse``: reading and decoding chunks (``get_chunk``), on the parse threads — thread seconds, so with prefetch it
@@ -24,17 +29,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["STAGES", "ReaderStats", "StageClock"]
+__all__ = ["STAGES", "STAGE_SAMPLE", "ReaderStats", "StageClock"]
 
 STAGES = ("index", "parse", "load", "randomize", "plan", "wait", "assemble", "handoff")
+STAGE_SAMPLE = 32  # the reading thread's stages are timed on the first reads, then on one read in this many
+_READ_STAGES = ("randomize", "plan", "assemble", "handoff")
 
 
 class StageClock:
     """Accumulated seconds and counts per stage, and the consumer's time in the reader.
 
-    The reading thread's stages (randomize, plan, wait, assemble, handoff) are added by that thread alone (reads are
-    serialised by the source's lock) and cost a few ``perf_counter`` calls and one :meth:`read` per minibatch; the
-    parse threads add ``parse`` and ``load`` under a lock, once per chunk.
+    The reading thread's stages (randomize, plan, assemble, handoff) are added by that thread alone (reads are
+    serialised by the source's lock) on the reads it times (``countdown`` reaching 0: :meth:`timed_read`), and
+    ``minibatches``/``sequences`` on every read; ``wait`` whenever it waits; the parse threads add ``parse`` and
+    ``load`` under a lock, once per chunk.
     """
 
     def __init__(self) -> None:
@@ -43,9 +51,15 @@ class StageClock:
         self.counts = dict.fromkeys(STAGES, 0)
         self.wait = 0.0  # the reading thread's seconds waiting for chunks (ensure), read back to split "plan"
         self.waits = 0
-        self.minibatches = self.sequences = 0
-        self.in_reader = 0.0
+        self.sequences = 0
+        self.empty_reads = 0  # reads that gave nothing (the end)
+        self.timed_reads = 0  # reads before the last countdown started
+        self.exact_reads = 0  # the first reads, every one timed
+        self.sampled = dict.fromkeys(_READ_STAGES, 0.0)  # then the seconds of one read in STAGE_SAMPLE
+        self.samples = 0  # reads sampled after the first ones
         self.first_read: float | None = None
+        self.countdown = self.period = 1  # reads until the next one whose stages are timed (the first one is), of
+        # `period` since the last one
 
     def add(self, stage: str, seconds: float, count: int = 1) -> None:
         """Adds to a stage of the reading thread (or of construction)."""
@@ -60,32 +74,46 @@ class StageClock:
             self.counts["parse"] += 1
             self.counts["load"] += 1
 
-    def read(self, started: float, selected: float, planned: float, waited: float, assembled: float, ended: float,
-             sequences: int) -> None:  # fmt: skip
-        """One ``next_minibatch`` call, by its time stamps (perf_counter): selected (randomize), planned (the chunk
-        plan, of which ``waited`` seconds waiting for chunks), assembled (the gather), ended; ``sequences`` 0 when
-        the read gave nothing."""
-        seconds = self.seconds
-        seconds["randomize"] += selected - started
-        seconds["plan"] += planned - selected - waited
-        seconds["assemble"] += assembled - planned
-        seconds["handoff"] += ended - assembled
-        self.in_reader += ended - started
+    def timed_read(self, started: float, stage_ends: list[float], ended: float, waited: float) -> None:
+        """A sampled ``next_minibatch`` call from ``started`` to ``ended`` (perf_counter): ``stage_ends`` holds when
+        the selection (randomize), the chunk plan (of which ``waited`` seconds waiting for chunks) and the gather
+        ended."""
         if self.first_read is None:
             self.first_read = started
-        if sequences:
-            self.minibatches += 1
-            self.sequences += sequences
+        selected, planned, assembled = stage_ends
+        exact = self.exact_reads < STAGE_SAMPLE
+        into = self.seconds if exact else self.sampled
+        into["randomize"] += selected - started
+        into["plan"] += planned - selected - waited
+        into["assemble"] += assembled - planned
+        into["handoff"] += ended - assembled
+        if exact:
+            self.exact_reads += 1
+        else:
+            self.samples += 1
+        self.timed_reads += self.period
+        self.countdown = self.period = 1 if self.exact_reads < STAGE_SAMPLE else STAGE_SAMPLE
+
+    @property
+    def minibatches(self) -> int:
+        """Reads that gave a minibatch (every read counts down to the next timed one)."""
+        return self.timed_reads + self.period - self.countdown - self.empty_reads
 
     def snapshot(self) -> ReaderStats:
         with self._lock:
             elapsed = 0.0 if self.first_read is None else time.perf_counter() - self.first_read
             seconds, counts = dict(self.seconds), dict(self.counts)
+            minibatches = self.minibatches
+            sampled, samples, later_reads = dict(self.sampled), self.samples, minibatches - self.exact_reads
+        for stage, value in sampled.items():  # the sampled reads' seconds, scaled to every read after the first ones
+            seconds[stage] += value * later_reads / samples if samples else 0.0
+        busy = sum(seconds[stage] for stage in _READ_STAGES)
         seconds["wait"] += self.wait
         counts["wait"] += self.waits
-        for stage in ("randomize", "plan", "assemble", "handoff"):
-            counts[stage] += self.minibatches
-        return ReaderStats(seconds, counts, self.minibatches, self.sequences, self.in_reader, elapsed)
+        for stage in _READ_STAGES:
+            counts[stage] += minibatches
+        in_reader = min(busy + self.wait, elapsed)  # (an estimate: never more than the time elapsed)
+        return ReaderStats(seconds, counts, minibatches, self.sequences, in_reader, elapsed)
 
 
 @dataclass(frozen=True)
