@@ -2,8 +2,10 @@
 
 A source holds its randomization window of parsed chunks, plus the chunks prefetched ahead (one per parse thread),
 one more while a read spans two blocks and, for corpora of tiny chunks, those a merged block opens early (at most
-1/16 of the window); and every parse thread holds the raw bytes of the chunk it parses (``chunk_size_in_bytes`` of
-a text format) while it parses. Given
+1/16 of the window); every parse thread holds the raw bytes of the chunk it parses (``chunk_size_in_bytes`` of
+a text format) while it parses; and a chunk of text parsed on several threads (chunks of 2 MiB or more) holds its
+runs' arrays besides the joined ones until they are joined (less than one parsed chunk, whatever the threads: idle
+threads are the ones that help). Given
 ``memory_budget_bytes``, :func:`window_within` estimates what a parsed chunk costs — the first chunk of every
 deserializer is parsed once to learn its bytes per sample (values, indices, offsets), scaled to each chunk's samples
 — and gives the largest window whose chunks, with that overhead, fit. The estimate depends only on the data and the
@@ -27,6 +29,8 @@ from .order import Randomization
 logger = logging.getLogger("cntkio")
 
 __all__ = ["BudgetReport", "window_within"]
+
+PARALLEL_PARSE_BYTES = 2 << 20  # smaller chunks of text are parsed on one thread (runs of at least 1 MiB)
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,8 @@ def window_within(
     ahead = max(threads, 0)
     raw = sum(int(getattr(d, "chunk_size_in_bytes", 0) or 0) for d in corpus.deserializers)
     budget_for_chunks = budget - max(ahead, 1) * raw  # the raw chunk text each parser (or the reader) holds
+    if ahead > 1 and raw >= PARALLEL_PARSE_BYTES:
+        budget_for_chunks -= largest  # the runs of a chunk parsed on several threads, until they are joined
     # the largest chunks first: a window of k chunks holds at most the k + k/16 + 1 + ahead largest
     biggest_first = np.cumsum(np.sort(sizes)[::-1])
 
