@@ -5,7 +5,8 @@ one more while a read spans two blocks and, for corpora of tiny chunks, those a 
 1/16 of the window); every parse thread holds the raw bytes of the chunk it parses (``chunk_size_in_bytes`` of
 a text format) while it parses; and a chunk of text parsed on several threads (chunks of 2 MiB or more) holds its
 runs' arrays besides the joined ones until they are joined (less than one parsed chunk, whatever the threads: idle
-threads are the ones that help). Given
+threads are the ones that help); a randomized order keeps the key and id of every unit of the window not yet read
+(:data:`ORDER_BYTES_PER_UNIT`, counted with the chunk). Given
 ``memory_budget_bytes``, :func:`window_within` estimates what a parsed chunk costs — the first chunk of every
 deserializer is parsed once to learn its bytes per sample (values, indices, offsets), scaled to each chunk's samples
 — and gives the largest window whose chunks, with that overhead, fit. The estimate depends only on the data and the
@@ -31,6 +32,7 @@ logger = logging.getLogger("cntkio")
 __all__ = ["BudgetReport", "window_within"]
 
 PARALLEL_PARSE_BYTES = 2 << 20  # smaller chunks of text are parsed on one thread (runs of at least 1 MiB)
+ORDER_BYTES_PER_UNIT = 32  # randomized: a window unit's key and id in the order's frontier, twice while it grows
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,8 @@ def window_within(
     if budget <= 0:
         raise ConfigError(f"memory_budget_bytes must be positive, got {budget}")
     sizes = chunk_bytes(corpus)
+    if randomization.enabled and not randomization.compat:  # the order's keys of the window's units
+        sizes = sizes + ORDER_BYTES_PER_UNIT * corpus.units_per_chunk.astype(np.int64)
     _native.release_free_memory()  # what indexing and the estimate freed is not held against the budget
     largest, mean = int(sizes.max()), math.ceil(float(sizes.mean()))
     ahead = max(threads, 0)
