@@ -61,6 +61,7 @@ class ChunkCache:
         self._entered: list[list[int]] = [[] for _ in self._held]
         self.dropped = 0  # chunks dropped so far
         self._queued = self._busy = 0  # loads waiting for a parse thread, and loads running
+        self._awaited: set[int] = set()  # ids of the futures the reading thread waits for
         self._lock = threading.Lock()
         self._closed = False
         self._executor = (
@@ -79,9 +80,15 @@ class ChunkCache:
                 else:
                     self._submit(key, future)
             waiting.append(future)
+        with self._lock:
+            self._awaited = {id(future) for future in waiting}
         started = time.perf_counter()
-        for future in waiting:
-            future.result()
+        try:
+            for future in waiting:
+                future.result()
+        finally:
+            with self._lock:
+                self._awaited = set()
         self.clock.wait += time.perf_counter() - started  # (only the reading thread calls ensure)
         self.clock.waits += 1
 
@@ -160,12 +167,15 @@ class ChunkCache:
     def __len__(self) -> int:
         return len(self._futures)
 
-    def _spare_threads(self) -> int:
+    def _spare_threads(self, future: Future[None]) -> int:
         """Threads the chunk starting to load may use: itself, and the parse threads no other load keeps busy (all
-        the cores when chunks are parsed in the reading thread)."""
+        the cores when chunks are parsed in the reading thread). The last chunk the reader waits for takes every
+        parse thread: the loads still running end soon, and their threads then help instead of idling."""
         if self._executor is None:
             return available_cores()
         with self._lock:
+            if self._queued == 0 and id(future) in self._awaited:
+                return self.threads
             return max(1, self.threads - self._busy - self._queued + 1)
 
     def _load_into(self, key: LoadKey, future: Future[None], queued: bool = False) -> None:
@@ -173,7 +183,7 @@ class ChunkCache:
             self._queued -= queued
             self._busy += 1
         try:
-            self._load(key)
+            self._load(key, future)
             future.set_result(None)
         except BaseException as error:  # re-raised in the thread that asks for the chunk
             with self._lock:
@@ -186,14 +196,14 @@ class ChunkCache:
             with self._lock:
                 self._busy -= 1
 
-    def _load(self, key: LoadKey) -> None:
+    def _load(self, key: LoadKey, future: Future[None]) -> None:
         number, slot, sweep = key
         deserializer, chunk_id, row0, rows, first_unit, first_sequence, frame_starts = self.corpus.slot_source(
             number, slot
         )
         source = deserializer.source_name
         started = time.perf_counter()
-        with parsing_with(self._spare_threads()):
+        with parsing_with(self._spare_threads(future)):
             data = deserializer.get_chunk_of_sweep(chunk_id, sweep)  # sweep 0 unless the chunks vary by sweep
         loading = time.perf_counter()
         starts = deserializer.sequence_index().chunk_starts
