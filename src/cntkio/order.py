@@ -96,7 +96,7 @@ class SweepOrder:
             bounds = np.unique(np.concatenate([self._starts, self._ends]))
             self._bounds = _merged_bounds(bounds, corpus.num_units, window_chunks)
             # (next block, ranks opened, keys >= its lower bound of the opened ranks, their units): see _shuffled_block
-            self._frontier: tuple[int, int, np.ndarray, np.ndarray] | None = None
+            self._frontier: _Frontier | None = None
         self.chunk_rank = np.empty(count, dtype=np.int64)
         self.chunk_rank[self.chunk_order] = np.arange(count, dtype=np.int64)
 
@@ -134,24 +134,27 @@ class SweepOrder:
     def _shuffled_block(self, k: int) -> Block:
         """The units whose keys fall in block k's interval, by increasing key (ties: lower rank first).
 
-        Blocks are read in order, so the keys of the window's chunks not yet read are kept merged (the
-        *frontier*): block k opens the chunks starting before its upper bound, merges their keys in and cuts off
-        those below its upper bound. Another block than the next is rebuilt from its chunks."""
+        Blocks are read in order, so the keys of the window's chunks not yet read are kept (the *frontier*): a
+        sorted run of the ranks opened earlier and, behind it, the sorted runs of the ranks opened since (each
+        block opens the chunks starting before its upper bound). A block cuts the keys below its upper bound off
+        every run and merges only those; the runs are merged into one now and then (when they hold as many keys
+        as the first), so a block costs about its own units, not the window's. Another block than the next is
+        rebuilt from its chunks."""
         lo, hi = self._ranks(k)
         low, high = self._bounds[k], self._bounds[k + 1]
-        if self._frontier is None or self._frontier[0] != k:
+        if self._frontier is None or self._frontier.next_block != k:
             keys, units = self._rank_keys(lo, hi)
             first = int(keys.searchsorted(low, side="left"))
-            keys, units, opened = keys[first:], units[first:], hi
+            frontier = _Frontier(k, hi, [(keys[first:], units[first:])])
         else:
-            _, opened, keys, units = self._frontier
-            if hi > opened:  # the newly opened ranks' keys go in after equal keys of lower ranks
-                new_keys, new_units = self._rank_keys(opened, hi)
-                at = keys.searchsorted(new_keys, side="right")
-                keys, units, opened = np.insert(keys, at, new_keys), np.insert(units, at, new_units), hi
-        cut = int(keys.searchsorted(high, side="left"))
-        self._frontier = (k + 1, opened, keys[cut:], units[cut:])
-        return self._units_block(units[:cut])
+            frontier = self._frontier
+            if hi > frontier.opened:  # newly opened ranks: higher than every rank in the runs before them
+                frontier.runs.append(self._rank_keys(frontier.opened, hi))
+                frontier.opened = hi
+        units = frontier.take_below(high)
+        frontier.next_block = k + 1
+        self._frontier = frontier
+        return self._units_block(units)
 
     def _units_block(self, units: np.ndarray) -> Block:
         corpus = self.corpus
@@ -181,6 +184,38 @@ class SweepOrder:
 
     def chunk_level(self, partitions: int) -> bool:
         return self.randomization.enabled and self.corpus.num_chunks >= partitions
+
+
+class _Frontier:
+    """The keys (and units) of the opened chunks not read yet, as sorted runs in rank order: ties between runs go
+    to the earlier run (the lower ranks), as one stable sort of every key would order them."""
+
+    def __init__(self, next_block: int, opened: int, runs: list[tuple[np.ndarray, np.ndarray]]):
+        self.next_block = next_block
+        self.opened = opened  # ranks [.., opened) are in the runs
+        self.runs = runs
+
+    def take_below(self, high: float) -> np.ndarray:
+        """Removes the keys below ``high`` from the runs; their units, by increasing key (ties: earlier run)."""
+        cuts = [int(keys.searchsorted(high, side="left")) for keys, _ in self.runs]
+        taken_keys = [keys[:cut] for (keys, _), cut in zip(self.runs, cuts, strict=True)]
+        taken = [units[:cut] for (_, units), cut in zip(self.runs, cuts, strict=True)]
+        self.runs = [(keys[cut:], units[cut:]) for (keys, units), cut in zip(self.runs, cuts, strict=True)]
+        self.runs = self.runs[:1] + [run for run in self.runs[1:] if len(run[0])]
+        if len(self.runs) > 1 and sum(len(keys) for keys, _ in self.runs[1:]) >= len(self.runs[0][0]):
+            self.runs = [_merge(self.runs)]
+        if sum(1 for part in taken if len(part)) <= 1:
+            return next((part for part in taken if len(part)), taken[0])
+        keys, units = np.concatenate(taken_keys), np.concatenate(taken)
+        return units[_native.stable_argsort(keys)]
+
+
+def _merge(runs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted runs (in rank order) merged into one (ties: earlier run first)."""
+    keys = np.concatenate([keys for keys, _ in runs])
+    units = np.concatenate([units for _, units in runs])
+    order = _native.stable_argsort(keys)
+    return keys[order], units[order]
 
 
 def _merged_bounds(bounds: np.ndarray, units: int, window_chunks: float) -> np.ndarray:

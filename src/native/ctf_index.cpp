@@ -231,7 +231,9 @@ class Indexer {
     size_ = to;
     length_ = 0;
     eof_ = false;
-    if (buffer_.empty()) buffer_.resize(static_cast<size_t>(std::max<int64_t>(options_.block_size, 4096)));
+    if (buffer_.empty()) {  // a block, or the whole range when it is smaller (a small file costs no large buffer)
+      buffer_.resize(static_cast<size_t>(std::max<int64_t>(std::min<int64_t>(options_.block_size, to - from + 1), 4096)));
+    }
   }
 
   // Drops buffer_[0, pos) and keeps the rest at the front.
