@@ -95,6 +95,7 @@ class ShardedDeserializer(IndexedDeserializer):
             raise ConfigError("a sharded corpus needs at least one shard")
         self.shards = list(shards)
         self.filename = description
+        self.index_seconds = 0.0  # the time to build the shards and join their indexes (set by the opener)
         first = self.shards[0]
         layout = _layout(first)
         for shard in self.shards[1:]:
