@@ -22,13 +22,12 @@ from torch.utils.data import DataLoader  # noqa: E402
 
 import torch_dist_worker as worker  # noqa: E402
 from cntkio import CTFDeserializer, MinibatchSource, StreamDef, StreamDefs  # noqa: E402
-from cntkio.torch import MinibatchDataset, TorchMinibatch, merge_states, to_tensor  # noqa: E402
+from cntkio.torch import MinibatchDataset, TorchMinibatch, loader, merge_states, to_tensor  # noqa: E402
 
 WORKER_SCRIPT = Path(worker.__file__).resolve()
 TIMEOUT = 120  # seconds per distributed launch: a hang fails the test instead of blocking CI
 
 pytestmark = [
-    pytest.mark.filterwarnings("ignore:Sparse invariant checks are implicitly disabled:UserWarning"),
     pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning"),  # torchdata 0.11 on torch 2.13
 ]
 
@@ -105,7 +104,10 @@ def all_keys(batches: list[TorchMinibatch]) -> list[Any]:
 def test_stream_is_the_same_for_any_num_workers(data: tuple[str, dict[int, Any]], randomize: bool) -> None:
     path, expected = data
     dataset = MinibatchDataset(functools.partial(worker.make_source, path, randomize), worker.MINIBATCH)
-    streams = {workers: run_loader(dataset, workers) for workers in (0, 1, 2)}
+    streams = {}
+    for workers in (0, 1, 2):
+        dataset.set_epoch(0)  # (each iteration would read the next epoch)
+        streams[workers] = run_loader(dataset, workers)
     assert_same_stream(streams[1], streams[0])
     assert_same_stream(streams[2], streams[0])
     batches = streams[0]
@@ -175,7 +177,9 @@ def test_only_the_next_iteration_resumes(data: tuple[str, dict[int, Any]]) -> No
     dataset.load_state_dict(full[9].state)
     loader = DataLoader(dataset, batch_size=None)
     assert_same_stream(list(loader), full[10:])
-    assert_same_stream(list(loader), full)  # the next epoch is a whole sweep again
+    second = MinibatchDataset(make, worker.MINIBATCH)
+    second.set_epoch(1)
+    assert_same_stream(list(loader), run_loader(second, 0))  # the next iteration is the whole next epoch
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
@@ -326,3 +330,76 @@ def test_the_dataset_holds_no_minibatch_the_caller_let_go(data: tuple[str, dict[
         del batch
     assert len(RecordingSource.alive_at_reads) > 3
     assert RecordingSource.alive_at_reads == [0] * len(RecordingSource.alive_at_reads)
+
+
+# --- epochs and the loader helper --------------------------------------------------------------------------
+
+
+def epoch_keys(batches: list[TorchMinibatch]) -> list[Any]:
+    return [key for batch in batches for _, key in batch.keys]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_each_iteration_reads_the_next_epoch(data: tuple[str, dict[int, Any]], num_workers: int) -> None:
+    """Found by a new user on ATIS: iterating a DataLoader twice read the same epoch (same order) twice, unless
+    set_epoch was called; now each iteration reads the next epoch, whatever the loader workers."""
+    path, expected = data
+    three_sweeps = run_loader(MinibatchDataset(functools.partial(worker.make_source, path, max_sweeps=3), 16), 0)
+    train = loader(functools.partial(worker.make_source, path), 16, num_workers=num_workers)
+    epochs = [epoch_keys(list(train)) for _ in range(3)]
+    assert all(sorted(epoch) == sorted(expected) for epoch in epochs) and epochs[0] != epochs[1] != epochs[2]
+    assert epochs[0] + epochs[1] + epochs[2] == epoch_keys(three_sweeps)
+    train.dataset.set_epoch(1)  # pins the next iteration; the ones after it follow on
+    assert epoch_keys(list(train)) == epochs[1] and epoch_keys(list(train)) == epochs[2]
+
+
+def test_set_epoch_reaches_persistent_workers(data: tuple[str, dict[int, Any]]) -> None:
+    """Found by a new user: with persistent_workers=True, set_epoch was silently ignored (the workers kept their
+    copy of the dataset); the epoch now lives in shared memory."""
+    path, _ = data
+    make = functools.partial(worker.make_source, path)
+    single = loader(make, 16)
+    reference = [epoch_keys(list(single)) for _ in range(3)]
+    train = loader(make, 16, num_workers=2, persistent_workers=True)
+    assert [epoch_keys(list(train)) for _ in range(3)] == reference  # epochs 0, 1, 2 advance by themselves
+    for epoch in (2, 0, 1):
+        train.dataset.set_epoch(epoch)
+        assert epoch_keys(list(train)) == reference[epoch]
+
+
+def test_a_resumed_epoch_is_followed_by_the_next(data: tuple[str, dict[int, Any]]) -> None:
+    path, _ = data
+    make = functools.partial(worker.make_source, path)
+    reference = loader(make, 16)
+    epochs = [list(reference) for _ in range(3)]
+    train = loader(make, 16)
+    train.dataset.load_state_dict(json.loads(json.dumps(epochs[1][4].state)))  # a checkpoint taken in epoch 1
+    assert epoch_keys(list(train)) == epoch_keys(epochs[1][5:])
+    assert epoch_keys(list(train)) == epoch_keys(epochs[2])
+
+
+def test_a_dataloader_with_a_batch_size_passes_minibatches_through_or_explains(data: tuple[str, dict[int, Any]]):
+    """Found by a new user: DataLoader(dataset) (batch_size=1 by default) failed in default_collate with a TypeError
+    about TorchMinibatch; batch_size=1 now passes each minibatch through, a larger one is refused with advice."""
+    path, _ = data
+    make = functools.partial(worker.make_source, path)
+    expected = run_loader(MinibatchDataset(make, worker.MINIBATCH), 0)
+    assert_same_stream(list(DataLoader(MinibatchDataset(make, worker.MINIBATCH))), expected)
+    with pytest.raises(TypeError, match="batch_size=None"):
+        next(iter(DataLoader(MinibatchDataset(make, worker.MINIBATCH), batch_size=4)))
+
+
+def test_sparse_batches_from_workers_print_no_warning(data: tuple[str, dict[int, Any]]) -> None:
+    """The main process rebuilds the workers' sparse CSR tensors without torch's two warnings (beta support,
+    implicit invariant checks), in a fresh interpreter where they would be printed once."""
+    path, _ = data
+    script = (
+        f"import functools, sys, warnings; sys.path.insert(0, {str(WORKER_SCRIPT.parent)!r})\n"
+        "warnings.simplefilter('default')\n"
+        "import torch, torch_dist_worker as w; from cntkio.torch import loader\n"
+        f"batches = list(loader(functools.partial(w.make_source, {path!r}), 16, num_workers=2))\n"
+        "assert any(b['s'].layout == torch.sparse_csr for b in batches)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=TIMEOUT)
+    assert done.returncode == 0, done.stderr
+    assert "Sparse" not in done.stderr, done.stderr

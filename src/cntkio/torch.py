@@ -1,6 +1,12 @@
 """PyTorch integration: an ``IterableDataset`` of minibatches with exactly-once reading and exact resume.
 
-Use it with ``DataLoader(dataset, batch_size=None, num_workers=...)``; minibatching is done by cntkio.
+Use it with ``DataLoader(dataset, batch_size=None, num_workers=...)`` — or :func:`loader`, which builds that
+``DataLoader``; minibatching is done by cntkio (a ``DataLoader`` left at ``batch_size=1`` works too; a larger batch
+size is refused with an explanation).
+
+* Epochs: each new iteration over a finite dataset reads the next epoch (``MinibatchSource.start_epoch``: later,
+  reshuffled sweeps); :meth:`MinibatchDataset.set_epoch` picks the epoch the next iteration reads (the ones after it
+  follow on). The count is kept in shared memory, so loader workers — persistent ones too — agree on it.
 
 * Ranks: each ``torch.distributed`` rank (rank and world size taken from ``torch.distributed`` when it is
   initialised) reads its own partition of every sweep, so across ranks each sequence is read once.
@@ -15,6 +21,7 @@ Use it with ``DataLoader(dataset, batch_size=None, num_workers=...)``; minibatch
 
 from __future__ import annotations
 
+import multiprocessing
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -23,10 +30,15 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from .minibatch import Minibatch, MinibatchData
 from .source import MinibatchSource
+
+# Sparse CSR batches cross from loader workers to the main process, where torch rebuilds them: say once, explicitly,
+# that their invariants are not checked (they hold by construction), and keep torch's "beta" note out of the log.
+torch.sparse.check_sparse_tensor_invariants.disable()
+warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
 
 
 @dataclass
@@ -68,6 +80,29 @@ class _Keys:
     keys: list[Any]
 
 
+def _collate_minibatches(batch: list[TorchMinibatch], *, collate_fn_map: Any = None) -> TorchMinibatch:
+    """What a ``DataLoader`` left with a ``batch_size`` does with cntkio minibatches: one is passed through."""
+    del collate_fn_map
+    if len(batch) == 1:
+        return batch[0]
+    raise TypeError(
+        f"a DataLoader with batch_size={len(batch)} would batch cntkio minibatches, which are already batched "
+        "(minibatch_size samples each): build it with DataLoader(dataset, batch_size=None, ...) or "
+        "cntkio.torch.loader(make_source, minibatch_size, ...)"
+    )
+
+
+def _register_collate() -> None:
+    try:  # torch's documented way to extend default_collate (torch >= 1.13)
+        from torch.utils.data._utils.collate import default_collate_fn_map
+    except ImportError:  # pragma: no cover - older torch: DataLoader(..., batch_size=None) is needed
+        return
+    default_collate_fn_map[TorchMinibatch] = _collate_minibatches
+
+
+_register_collate()
+
+
 def to_tensor(data: MinibatchData, layout: str = "auto") -> torch.Tensor:
     """A stream's samples as a tensor: CSR rows for sparse streams, else flat or padded (see layout)."""
     if data.is_sparse:
@@ -105,7 +140,53 @@ def gather_state(state: dict[str, Any]) -> dict[str, Any]:
 
 def merge_states(states: list[dict[str, Any]]) -> dict[str, Any]:
     """Merges the last states of all ranks (see :meth:`MinibatchSource.merge_checkpoints`)."""
-    return {"source": MinibatchSource.merge_checkpoints([s["source"] for s in states]), "minibatch_index": 0}
+    return {
+        "source": MinibatchSource.merge_checkpoints([s["source"] for s in states]),
+        "minibatch_index": 0,
+        "epoch": max(int(s.get("epoch", 0)) for s in states),
+    }
+
+
+class _EpochCounter:
+    """The epoch of each new iteration: ``base`` (set by ``set_epoch`` or a loaded state) plus the iterations begun
+    since, one per loader worker per epoch. Kept in shared memory (inherited by worker processes, persistent ones
+    included); a plain pair of numbers where shared memory is not available or once pickled outside a spawn."""
+
+    def __init__(self, base: int = 0, begun: int = 0):
+        self._shared: Any = None
+        self._local = [base, begun]
+        try:
+            self._shared = multiprocessing.Array("q", [base, begun], lock=True)
+        except (OSError, PermissionError):  # no shared memory here: one process only
+            self._shared = None
+
+    def set(self, epoch: int) -> None:
+        self._update(lambda values: (int(epoch), 0))
+
+    def begin(self, workers: int) -> int:
+        """The epoch of an iteration starting now in one of ``workers`` processes (counts it)."""
+        epoch = [0]
+
+        def step(values: list[int]) -> tuple[int, int]:
+            epoch[0] = values[0] + values[1] // max(workers, 1)
+            return values[0], values[1] + 1
+
+        self._update(step)
+        return epoch[0]
+
+    def _update(self, change: Callable[[list[int]], tuple[int, int]]) -> None:
+        if self._shared is None:
+            self._local[:] = change(self._local)
+            return
+        with self._shared.get_lock():
+            self._shared[0], self._shared[1] = change([self._shared[0], self._shared[1]])
+
+    def __getstate__(self) -> dict[str, Any]:
+        from multiprocessing.context import get_spawning_popen
+
+        if self._shared is not None and get_spawning_popen() is None:  # an ordinary pickle: the numbers only
+            return {"_shared": None, "_local": [self._shared[0], self._shared[1]]}
+        return self.__dict__
 
 
 class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
@@ -146,13 +227,16 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
         self._resume: dict[str, Any] | None = None
         self._last_state: dict[str, Any] | None = None
         self._live: set[MinibatchSource] = set()
-        self.epoch = 0
+        self._epochs = _EpochCounter()
 
     def set_epoch(self, epoch: int) -> None:
         """The next iteration reads epoch ``epoch`` of a finite source (see ``MinibatchSource.start_epoch``):
-        later epochs read later sweeps, each in its own order. Call it before each epoch, in the parent
-        process, like ``DistributedSampler.set_epoch``."""
-        self.epoch = int(epoch)
+        later epochs read later sweeps, each in its own order; the iterations after it read the epochs after it.
+        Without it each iteration reads the next epoch by itself; calling it before each epoch, like
+        ``DistributedSampler.set_epoch``, works too — also with ``persistent_workers=True``."""
+        if int(epoch) < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch}")
+        self._epochs.set(int(epoch))
 
     def _partition(self) -> tuple[int, int]:
         if self.num_partitions is not None:
@@ -163,13 +247,14 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
         worker = get_worker_info()
         workers, worker_id = (worker.num_workers, worker.id) if worker is not None else (1, 0)
         partitions, rank = self._partition()
+        epoch = self._epochs.begin(workers)
         source = self.make_source()
         self._live.add(source)
         index = base = 0
         resume, self._resume = self._resume, None  # a loaded state applies to the next iteration only
         try:
-            if resume is None and self.epoch and not source.is_infinite():
-                source.start_epoch(self.epoch)
+            if resume is None and epoch and not source.is_infinite():
+                source.start_epoch(epoch)
             if resume is not None:
                 source.restore_from_checkpoint(resume["source"])
                 index = int(resume["minibatch_index"])
@@ -185,7 +270,7 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
                 if not isinstance(minibatch, Minibatch):
                     return
                 index += 1
-                state = {"source": source.get_checkpoint_state(), "minibatch_index": index}
+                state = {"source": source.get_checkpoint_state(), "minibatch_index": index, "epoch": epoch}
                 self._last_state = {**state, "worker_base": base}
                 batch = TorchMinibatch(
                     tensors={info.name: to_tensor(data, self.layout) for info, data in minibatch.items()},
@@ -237,3 +322,38 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
         """
         self._resume = dict(state) if state else None
         self._last_state = None
+        if state:
+            self._epochs.set(int(state.get("epoch", 0)))  # the resumed epoch; the iterations after it follow on
+
+
+def loader(
+    make_source: Callable[[], MinibatchSource],
+    minibatch_size: int,
+    *,
+    num_workers: int = 0,
+    persistent_workers: bool = False,
+    pin_memory: bool = False,
+    prefetch_factor: int | None = None,
+    multiprocessing_context: Any = None,
+    **dataset_options: Any,
+) -> DataLoader:  # type: ignore[type-arg]
+    """A ``DataLoader`` over ``MinibatchDataset(make_source, minibatch_size, **dataset_options)``, set up for
+    cntkio's minibatches (``batch_size=None``); ``loader.dataset`` is the dataset (``set_epoch``,
+    ``load_state_dict``).
+
+    Example::
+
+        train = cntkio.torch.loader(functools.partial(make_source, "train.ctf"), 1024, num_workers=2)
+        for epoch in range(10):          # each pass reads the next, reshuffled epoch
+            for batch in train:
+                loss = model(batch["features"]).sum()
+    """
+    dataset = MinibatchDataset(make_source, minibatch_size, **dataset_options)
+    options: dict[str, Any] = {}
+    if num_workers > 0:
+        options["persistent_workers"] = persistent_workers
+        if prefetch_factor is not None:
+            options["prefetch_factor"] = prefetch_factor
+        if multiprocessing_context is not None:
+            options["multiprocessing_context"] = multiprocessing_context
+    return DataLoader(dataset, batch_size=None, num_workers=num_workers, pin_memory=pin_memory, **options)
