@@ -96,7 +96,9 @@ class MinibatchData:
         """Same as :meth:`asarray`."""
         return self.asarray()
 
-    def _positions(self) -> tuple[np.ndarray, np.ndarray]:
+    def sample_positions(self) -> tuple[np.ndarray, np.ndarray]:
+        """(sequence, step) of every sample in the flat buffers: where it goes in a padded ``[sequences, steps]``
+        layout."""
         lengths = self.sequence_lengths
         rows = np.repeat(np.arange(self.num_sequences), lengths)
         steps = np.arange(self.num_samples) - np.repeat(self.sequence_offsets[:-1], lengths)
@@ -110,7 +112,7 @@ class MinibatchData:
         out = np.zeros(self.shape, dtype=self.values.dtype)
         if self.num_samples == 0:
             return out
-        rows, steps = self._positions()
+        rows, steps = self.sample_positions()
         if self.is_sparse:
             assert self.indptr is not None and self.indices is not None
             flat = out.reshape(-1, *self.sample_shape)
@@ -125,7 +127,7 @@ class MinibatchData:
         """``(num_sequences, max_length)`` uint8: 2 = sequence start, 1 = valid, 0 = padding."""
         mask = np.zeros((self.num_sequences, self.max_length), dtype=np.uint8)
         if self.num_samples:
-            rows, steps = self._positions()
+            rows, steps = self.sample_positions()
             mask[rows, steps] = 1
             if self._starts is None:
                 mask[self.sequence_lengths > 0, 0] = 2

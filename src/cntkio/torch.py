@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import multiprocessing
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from .minibatch import Minibatch, MinibatchData
@@ -43,20 +44,24 @@ warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta"
 
 @dataclass
 class TorchMinibatch:
-    """One minibatch as tensors.
+    """One minibatch as tensors, each stream in the layout asked for (see :data:`LAYOUTS`).
 
-    ``tensors[name]`` is ``[batch, *shape]`` when every sequence has one sample (zero-copy from
-    NumPy), otherwise padded ``[batch, max_len, *shape]``; sparse streams are CSR tensors with one row
-    per sample. ``lengths[name]`` holds the samples of each sequence. ``keys`` (the provenance of each
-    sequence) is computed when first asked for, or when the batch leaves a loader worker process.
+    ``tensors[name]`` is the stream; ``lengths[name]`` holds the samples of each sequence; ``masks[name]`` (padded
+    layouts) is ``[batch, max_len]`` bool, True on real samples; ``offsets[name]`` (``"token_offsets"``) the first
+    id of each sequence. By default (``"auto"``) dense streams are ``[batch, *shape]`` when every sequence has one
+    sample (zero-copy from NumPy), otherwise padded ``[batch, max_len, *shape]``, and sparse streams are CSR tensors
+    with one row per sample. ``keys`` (the provenance of each sequence) is computed when first asked for, or when
+    the batch leaves a loader worker process.
     """
 
-    tensors: dict[str, torch.Tensor]
+    tensors: dict[str, Any]
     lengths: dict[str, torch.Tensor]
     provenance: Any = field(repr=False)
     state: dict[str, Any] = field(default_factory=dict)
     end_of_sweep: bool = False
     index: int = 0
+    masks: dict[str, torch.Tensor] = field(default_factory=dict)
+    offsets: dict[str, torch.Tensor] = field(default_factory=dict)
 
     @property
     def keys(self) -> list[Any]:
@@ -69,8 +74,14 @@ class TorchMinibatch:
         return self.tensors[name]
 
     def pin_memory(self) -> TorchMinibatch:
-        self.tensors = {name: tensor.pin_memory() for name, tensor in self.tensors.items()}
+        self.tensors = {name: _pinned(value) for name, value in self.tensors.items()}
         return self
+
+
+def _pinned(value: Any) -> Any:
+    if isinstance(value, PackedSequence):
+        return value._replace(data=value.data.pin_memory())
+    return value.pin_memory()
 
 
 @dataclass(frozen=True)
@@ -101,6 +112,102 @@ def _register_collate() -> None:
 
 
 _register_collate()
+
+
+LAYOUTS = {
+    "auto": "dense: [batch, *shape] when every sequence has one sample, else padded; sparse: CSR",
+    "flat": "dense: every sample as a row [samples, *shape]; sparse: CSR",
+    "padded": "[batch, max_len, *shape] (sparse streams densified), with masks[name]",
+    "csr": "sparse only: a CSR tensor, one row per sample",
+    "token_ids": "one-hot sparse only: int64 ids [batch, max_len] padded with pad_id, with masks[name]",
+    "token_offsets": "one-hot sparse only: int64 ids [samples] and offsets[name] [batch] (nn.EmbeddingBag)",
+    "packed": "a PackedSequence of the padded stream (nn.RNN/LSTM/GRU)",
+    "nested": "a jagged nested tensor, one [len, *shape] component per sequence",
+    "per_sequence": "one sample per sequence: dense [batch, *shape]; one-hot sparse: int64 class ids [batch]",
+}
+
+
+@dataclass(frozen=True)
+class StreamTensors:
+    """A stream of a minibatch in one layout: the tensor (or PackedSequence) and, for padded and EmbeddingBag
+    layouts, its mask or offsets."""
+
+    value: Any
+    mask: torch.Tensor | None = None
+    offsets: torch.Tensor | None = None
+
+
+def stream_tensors(data: MinibatchData, layout: str = "auto", pad_id: int = 0) -> StreamTensors:
+    """A stream's samples in ``layout`` (one of :data:`LAYOUTS`); ``pad_id`` fills the padding of token ids.
+
+    Example::
+
+        ids = stream_tensors(minibatch["S0"], "token_ids")   # int64 [batch, max_len], ids.mask: bool
+        labels = stream_tensors(minibatch["S1"], "per_sequence").value   # int64 [batch]
+    """
+    name = data.info.name
+    if layout not in LAYOUTS:
+        raise ValueError(f"stream '{name}': unknown layout {layout!r}; one of {', '.join(LAYOUTS)}")
+    if layout in ("auto", "flat", "csr"):
+        if layout == "csr" and not data.is_sparse:
+            raise ValueError(f"stream '{name}' is dense: layout 'csr' is for sparse streams")
+        return StreamTensors(to_tensor(data, "flat" if layout == "csr" else layout))
+    if layout in ("token_ids", "token_offsets") or (layout == "per_sequence" and data.is_sparse):
+        ids = _one_hot_ids(data, layout)
+        if layout == "token_offsets":
+            return StreamTensors(torch.from_numpy(ids), offsets=torch.from_numpy(data.sequence_offsets[:-1]))
+        if layout == "per_sequence":
+            return StreamTensors(torch.from_numpy(_one_per_sequence(data, ids)))
+        rows, steps = data.sample_positions()
+        padded = np.full((data.num_sequences, data.max_length), pad_id, dtype=np.int64)
+        padded[rows, steps] = ids
+        return StreamTensors(torch.from_numpy(padded), mask=_mask(data))
+    if layout == "per_sequence":
+        return StreamTensors(torch.from_numpy(_one_per_sequence(data, data.values)))
+    if layout == "nested":
+        parts = data.as_sequences() if not data.is_sparse else list(data.asarray())
+        lengths = data.sequence_lengths.tolist()
+        tensors = [torch.from_numpy(np.ascontiguousarray(p[:n])) for p, n in zip(parts, lengths, strict=True)]
+        return StreamTensors(torch.nested.as_nested_tensor(tensors, layout=torch.jagged))
+    padded_tensor = torch.from_numpy(data.asarray())
+    if layout == "packed":
+        lengths_tensor = torch.from_numpy(data.sequence_lengths.astype(np.int64))
+        if not len(lengths_tensor) or int(lengths_tensor.min()) < 1:
+            raise ValueError(f"stream '{name}': layout 'packed' needs every sequence to have a sample")
+        packed = pack_padded_sequence(padded_tensor, lengths_tensor, batch_first=True, enforce_sorted=False)
+        return StreamTensors(packed)
+    return StreamTensors(padded_tensor, mask=_mask(data))
+
+
+def _mask(data: MinibatchData) -> torch.Tensor:
+    return torch.from_numpy(np.arange(data.max_length) < data.sequence_lengths[:, None])
+
+
+def _one_hot_ids(data: MinibatchData, layout: str) -> np.ndarray:
+    """The column of every sample of a one-hot sparse stream (the value is not kept)."""
+    name = data.info.name
+    if not data.is_sparse:
+        raise ValueError(f"stream '{name}' is dense: layout {layout!r} is for one-hot sparse streams")
+    assert data.indptr is not None and data.indices is not None
+    entries = np.diff(data.indptr)
+    if len(entries) and (entries != 1).any():
+        sample = int(np.flatnonzero(entries != 1)[0])
+        raise ValueError(
+            f"stream '{name}': layout {layout!r} needs one entry per sample (one-hot); sample {sample} of this "
+            f"minibatch has {int(entries[sample])} — use 'csr' or 'padded' for this stream"
+        )
+    return data.indices.astype(np.int64)
+
+
+def _one_per_sequence(data: MinibatchData, values: np.ndarray) -> np.ndarray:
+    lengths = data.sequence_lengths
+    if len(lengths) and (lengths != 1).any():
+        sequence = int(np.flatnonzero(lengths != 1)[0])
+        raise ValueError(
+            f"stream '{data.info.name}': layout 'per_sequence' needs one sample per sequence; sequence {sequence} "
+            f"of this minibatch has {int(lengths[sequence])}"
+        )
+    return values
 
 
 def to_tensor(data: MinibatchData, layout: str = "auto") -> torch.Tensor:
@@ -204,7 +311,9 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
         minibatch_size: samples per minibatch for the whole job (split across ranks like
             ``next_minibatch(n, num_data_partitions=world, partition_index=rank)``).
         num_partitions, partition_index: override the rank split (default: torch.distributed).
-        layout: ``"auto"``, ``"flat"`` or ``"padded"`` for dense streams (see :class:`TorchMinibatch`).
+        layout: one of :data:`LAYOUTS` for every stream, or ``{stream name: layout}`` (streams not named:
+            ``"auto"``), e.g. ``{"words": "token_ids", "intent": "per_sequence"}`` for ATIS-like data.
+        pad_id: the id padding ``"token_ids"`` streams (their ``masks`` tell padding apart).
     """
 
     def __init__(
@@ -214,20 +323,27 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
         *,
         num_partitions: int | None = None,
         partition_index: int | None = None,
-        layout: str = "auto",
+        layout: str | Mapping[str, str] = "auto",
+        pad_id: int = 0,
     ):
         super().__init__()
-        if layout not in ("auto", "flat", "padded"):
-            raise ValueError(f"layout must be 'auto', 'flat' or 'padded', got {layout!r}")
+        layouts = [layout] if isinstance(layout, str) else list(layout.values())
+        for name in layouts:
+            if name not in LAYOUTS:
+                raise ValueError(f"unknown layout {name!r}; one of {', '.join(LAYOUTS)}")
         self.make_source = make_source
         self.minibatch_size = minibatch_size
         self.num_partitions = num_partitions
         self.partition_index = partition_index
-        self.layout = layout
+        self.layout = layout if isinstance(layout, str) else dict(layout)
+        self.pad_id = int(pad_id)
         self._resume: dict[str, Any] | None = None
         self._last_state: dict[str, Any] | None = None
         self._live: set[MinibatchSource] = set()
         self._epochs = _EpochCounter()
+
+    def _layout_of(self, stream: str) -> str:
+        return self.layout if isinstance(self.layout, str) else self.layout.get(stream, "auto")
 
     def set_epoch(self, epoch: int) -> None:
         """The next iteration reads epoch ``epoch`` of a finite source (see ``MinibatchSource.start_epoch``):
@@ -272,9 +388,13 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
                 index += 1
                 state = {"source": source.get_checkpoint_state(), "minibatch_index": index, "epoch": epoch}
                 self._last_state = {**state, "worker_base": base}
+                streams = {info.name: stream_tensors(data, self._layout_of(info.name), self.pad_id)
+                           for info, data in minibatch.items()}  # fmt: skip
                 batch = TorchMinibatch(
-                    tensors={info.name: to_tensor(data, self.layout) for info, data in minibatch.items()},
+                    tensors={name: stream.value for name, stream in streams.items()},
                     lengths={info.name: torch.from_numpy(d.sequence_lengths) for info, d in minibatch.items()},
+                    masks={name: stream.mask for name, stream in streams.items() if stream.mask is not None},
+                    offsets={name: stream.offsets for name, stream in streams.items() if stream.offsets is not None},
                     provenance=minibatch.provenance,
                     state=state,
                     end_of_sweep=any(data.end_of_sweep for data in minibatch.values()),
