@@ -403,3 +403,34 @@ def test_sparse_batches_from_workers_print_no_warning(data: tuple[str, dict[int,
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=TIMEOUT)
     assert done.returncode == 0, done.stderr
     assert "Sparse" not in done.stderr, done.stderr
+
+
+def test_batches_from_workers_carry_a_file_table_and_ids(data: tuple[str, dict[int, Any]]) -> None:
+    """A batch leaving a worker carries its provenance as a table of files and an id per sequence (narrow integer
+    arrays), not a (path, key) pair per sequence."""
+    path, _ = data
+    batches = list(loader(functools.partial(worker.make_source, path), 16, num_workers=2))
+    for batch in batches:
+        assert batch.provenance.files == (path,)
+        assert batch.provenance.ids.dtype.itemsize <= 2 and batch.provenance.file_rows.dtype == np.uint8
+        assert batch.keys == [(path, int(key)) for key in batch.provenance.ids]
+    reference = [key for batch in run_loader(MinibatchDataset(functools.partial(worker.make_source, path), 16), 0)
+                 for key in batch.keys]  # fmt: skip
+    assert [key for batch in batches for key in batch.keys] == reference
+
+
+def test_torch_distributed_checkpoint_saves_and_restores_the_dataset(data: tuple[str, dict[int, Any]], tmp_path):
+    """The dataset follows torch.distributed.checkpoint's Stateful protocol: dcp.save/dcp.load of a state dict
+    holding it resume exactly after the last batch read."""
+    dcp = pytest.importorskip("torch.distributed.checkpoint")
+    path, _ = data
+    make = functools.partial(worker.make_source, path)
+    full = run_loader(MinibatchDataset(make, worker.MINIBATCH), 0)
+    dataset = MinibatchDataset(make, worker.MINIBATCH)
+    for count, _ in enumerate(DataLoader(dataset, batch_size=None), start=1):
+        if count == 5:
+            break
+    dcp.save({"data": dataset}, checkpoint_id=str(tmp_path / "ckpt"), no_dist=True)
+    restored = MinibatchDataset(make, worker.MINIBATCH)
+    dcp.load({"data": restored}, checkpoint_id=str(tmp_path / "ckpt"), no_dist=True)
+    assert_same_stream(run_loader(restored, 0), full[5:])

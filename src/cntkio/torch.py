@@ -21,6 +21,7 @@ size is refused with an explanation).
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -68,7 +69,7 @@ class TorchMinibatch:
         return list(self.provenance.keys)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "provenance": _Keys(self.provenance.keys)}
+        return {**self.__dict__, "provenance": _Keys.of(self.provenance.keys)}
 
     def __getitem__(self, name: str) -> torch.Tensor:
         return self.tensors[name]
@@ -86,9 +87,27 @@ def _pinned(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class _Keys:
-    """Provenance keys already computed (what a batch carries across processes)."""
+    """Provenance keys as a batch carries them across processes: a table of the files and, per sequence, the row
+    of its file and its key (an int64 array when every key is an integer)."""
 
-    keys: list[Any]
+    files: tuple[str, ...]
+    file_rows: np.ndarray
+    ids: Any
+
+    @classmethod
+    def of(cls, keys: list[tuple[str, Any]]) -> _Keys:
+        table: dict[str, int] = {}
+        rows = np.fromiter((table.setdefault(source, len(table)) for source, _ in keys), np.int32, len(keys))
+        ids: Any = [key for _, key in keys]
+        if ids and all(type(key) is int for key in ids):
+            ids = np.array(ids, dtype=np.int64)
+            ids = ids.astype(np.result_type(np.min_scalar_type(int(ids.min())), np.min_scalar_type(int(ids.max()))))
+        return cls(tuple(table), rows.astype(np.min_scalar_type(max(len(table) - 1, 0))), ids)
+
+    @property
+    def keys(self) -> list[tuple[str, Any]]:
+        ids = self.ids.tolist() if isinstance(self.ids, np.ndarray) else self.ids
+        return [(self.files[row], key) for row, key in zip(self.file_rows.tolist(), ids, strict=True)]
 
 
 def _collate_minibatches(batch: list[TorchMinibatch], *, collate_fn_map: Any = None) -> TorchMinibatch:
@@ -113,6 +132,8 @@ def _register_collate() -> None:
 
 _register_collate()
 
+
+STATE_KEY = "cntkio"  # MinibatchDataset.state_dict(): {STATE_KEY: the state as JSON text}
 
 LAYOUTS = {
     "auto": "dense: [batch, *shape] when every sequence has one sample, else padded; sparse: CSR",
@@ -423,14 +444,15 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
         return {**self.__dict__, "_live": set()}  # open sources stay in the process that opened them
 
     def state_dict(self) -> dict[str, Any]:
-        """State after the last minibatch this dataset (or this loader worker) produced.
+        """State after the last minibatch this dataset (or this loader worker) produced, as
+        ``{"cntkio": <JSON text>}`` — one value, so ``torch.distributed.checkpoint`` (whose ``Stateful``
+        protocol this follows) finds the same structure in a fresh dataset to load into.
 
         Unlike ``batch.state``, it keeps the worker assignment, as a ``StatefulDataLoader`` restoring
         each worker with its own state expects.
         """
-        if self._last_state is not None:
-            return self._last_state
-        return self._resume or {}
+        state = self._last_state if self._last_state is not None else (self._resume or {})
+        return {STATE_KEY: json.dumps(state)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """The next iteration continues right after the minibatch the state was taken at.
@@ -440,6 +462,8 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
         processes work on copies of the dataset, so with ``num_workers > 0`` build a new dataset (or
         call ``load_state_dict({})``) for the iterations after the resumed one.
         """
+        if set(state) == {STATE_KEY}:  # from state_dict()
+            state = json.loads(state[STATE_KEY]) if state[STATE_KEY] else {}
         self._resume = dict(state) if state else None
         self._last_state = None
         if state:
