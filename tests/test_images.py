@@ -298,6 +298,7 @@ def test_augmented_images_are_the_same_with_dataloader_workers(images: Path) -> 
     dataset = MinibatchDataset(functools.partial(augmented_source, str(images)), 5)
 
     def batches(workers: int) -> list[tuple[list[Any], np.ndarray]]:
+        dataset.set_epoch(0)  # (each iteration would read the next epoch)
         loader = torch_data.DataLoader(dataset, batch_size=None, num_workers=workers)
         return [([key for _, key in b.keys], b.tensors["features"].numpy().copy()) for b in loader]
 

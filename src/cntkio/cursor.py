@@ -183,6 +183,9 @@ class Cursor:
                 cumulative = own.cumulative
                 base = int(cumulative[first])
                 fits = int(cumulative.searchsorted(base + budget - total, side="right")) - 1 - first
+                if block.cuts is not None:  # length bucketing: a read ends with its bucket
+                    cut = int(block.cuts[int(block.cuts.searchsorted(self.offset, side="right"))])
+                    fits = min(fits, (cut if positions is None else int(positions.searchsorted(cut))) - first)
                 if total == 0:
                     fits = max(fits, 1)  # a unit longer than the budget forms a minibatch of its own
                 count = min(fits, available)
@@ -210,6 +213,8 @@ class Cursor:
                 idle_sweeps = 0 if taken or layered else idle_sweeps + 1
                 if idle_sweeps > 1:
                     break  # this partition owns no unit at all
+            if taken and self.randomization.bucket_samples:
+                break  # a length-bucketed read ends with its block: the next block's buckets stay whole
         return self._selection(pieces, sweep_ends, first_sweep)
 
     @staticmethod

@@ -36,13 +36,23 @@ BLOCK_UNITS = 8  # default randomization: blocks of tiny chunks are merged until
 
 @dataclass(frozen=True)
 class Randomization:
-    """How sweeps are ordered. ``window`` counts chunks, or samples when ``sample_window``."""
+    """How sweeps are ordered. ``window`` counts chunks, or samples when ``sample_window``; ``bucket_samples`` > 0
+    orders each block's units into minibatches of that many samples of similar length (see :func:`bucketed`)."""
 
     enabled: bool = False
     window: int = 1
     sample_window: bool = False
     seed: int = 0
     compat: bool = False
+    bucket_samples: int = 0
+
+    def identity(self) -> dict[str, object]:
+        """What decides the order (for checkpoint fingerprints; an option left off is not listed, so states of
+        sources without it keep their fingerprint)."""
+        fields = dict(self.__dict__)
+        if not fields["bucket_samples"]:
+            del fields["bucket_samples"]
+        return fields
 
 
 @dataclass(frozen=True)
@@ -52,6 +62,7 @@ class Block:
     units: np.ndarray  # int64 unit ids
     chunks: np.ndarray  # int32 table chunk of each unit
     lengths: np.ndarray  # int64 samples per unit
+    cuts: np.ndarray | None = None  # length bucketing: positions where a read stops (each bucket's end)
 
     def __len__(self) -> int:
         return len(self.units)
@@ -94,9 +105,14 @@ class SweepOrder:
             self._ends = self._starts + self._window  # each rank's keys lie in [start, end)
             window_chunks = self._window / max(float(size.mean()) if count else 1.0, 1.0)
             bounds = np.unique(np.concatenate([self._starts, self._ends]))
-            self._bounds = _merged_bounds(bounds, corpus.num_units, window_chunks)
-            # (next block, ranks opened, keys >= its lower bound of the opened ranks, their units): see _shuffled_block
-            self._frontier: _Frontier | None = None
+            if r.bucket_samples and corpus.num_units:  # blocks with room for many length buckets
+                unit_samples = max(corpus.sweep_size / corpus.num_units, 1.0)
+                block_units = max(BLOCK_UNITS, math.ceil(BUCKET_BLOCK_MINIBATCHES * r.bucket_samples / unit_samples))
+                units = corpus.units_per_chunk[self.chunk_order].astype(np.float64)
+                self._bounds = _bucket_bounds(bounds, self._starts, units, self._window, block_units)
+            else:
+                self._bounds = _merged_bounds(bounds, corpus.num_units, window_chunks, BLOCK_UNITS)
+            self._frontier: _Frontier | None = None  # the keys of the window not read yet (see _shuffled_block)
         self.chunk_rank = np.empty(count, dtype=np.int64)
         self.chunk_rank[self.chunk_order] = np.arange(count, dtype=np.int64)
 
@@ -129,7 +145,9 @@ class SweepOrder:
             chunk = int(self.chunk_order[k])
             units = self.corpus.units_of_chunk(chunk)
             return Block(units, np.full(len(units), chunk, dtype=np.int32), self.corpus.unit_lengths(chunk))
-        return self._shuffled_block(k)
+        block = self._shuffled_block(k)
+        r = self.randomization
+        return bucketed(block, r.bucket_samples, [r.seed % 2**64, self.sweep, k]) if r.bucket_samples else block
 
     def _shuffled_block(self, k: int) -> Block:
         """The units whose keys fall in block k's interval, by increasing key (ties: lower rank first).
@@ -186,6 +204,33 @@ class SweepOrder:
         return self.randomization.enabled and self.corpus.num_chunks >= partitions
 
 
+BUCKET_STREAM = 0xB0C4E7  # seeds the shuffle of a block's length buckets apart from the other draws
+BUCKET_BLOCK_MINIBATCHES = 16  # bucketing: blocks are merged until they hold about this many minibatches
+
+
+def bucketed(block: Block, samples: int, seed: list[int]) -> Block:
+    """The block's units in minibatches of ``samples`` samples (at least one unit each) of similar length: the units
+    by length (stable: ties keep the block's random order), cut greedily as a read takes them, and the minibatches
+    in a random order (seeded with ``seed`` + :data:`BUCKET_STREAM`); ``cuts`` marks where each ends, so a read stops
+    there. A pure function of its arguments."""
+    if len(block) <= 1:
+        return block
+    by_length = np.argsort(block.lengths, kind="stable")
+    cumulative = exclusive_cumsum(block.lengths[by_length])
+    ends = []
+    start = 0
+    while start < len(by_length):  # a batch per pass: what a read of `samples` samples takes
+        end = int(cumulative.searchsorted(cumulative[start] + samples, side="right")) - 1
+        start = max(end, start + 1)
+        ends.append(start)
+    sizes = np.diff(np.concatenate([[0], ends]))
+    batch_of = np.repeat(np.arange(len(ends)), sizes)
+    rank = np.random.default_rng([*seed, BUCKET_STREAM]).permutation(len(ends))
+    order = by_length[np.argsort(rank[batch_of], kind="stable")]
+    cuts = np.cumsum(sizes[np.argsort(rank)])  # the buckets' ends in reading order
+    return Block(block.units[order], block.chunks[order], block.lengths[order], cuts)
+
+
 class _Frontier:
     """The keys (and units) of the opened chunks not read yet, as sorted runs in rank order: ties between runs go
     to the earlier run (the lower ranks), as one stable sort of every key would order them."""
@@ -218,13 +263,31 @@ def _merge(runs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.nd
     return keys[order], units[order]
 
 
-def _merged_bounds(bounds: np.ndarray, units: int, window_chunks: float) -> np.ndarray:
-    """Block bounds: every ``step``-th of the key interval bounds, so that a block holds about BLOCK_UNITS units
+def _bucket_bounds(bounds: np.ndarray, starts: np.ndarray, units: np.ndarray, window: float, block_units: int):
+    """Block bounds for length bucketing: consecutive key intervals merged until a block expects ``block_units``
+    units (rank r spreads its ``units[r]`` keys evenly over ``[starts[r], starts[r] + window)``), a block spanning at
+    most an eighth of the window of keys (so it needs at most that many ranks more than one interval)."""
+    delta = np.zeros(len(bounds), dtype=np.float64)
+    np.add.at(delta, bounds.searchsorted(starts), units / window)
+    np.add.at(delta, bounds.searchsorted(starts + window), -units / window)
+    expected = np.concatenate([[0.0], np.cumsum(np.cumsum(delta)[:-1] * np.diff(bounds))])
+    span = max(1.0, window / 8)
+    cuts = [0]
+    while cuts[-1] < len(bounds) - 1:
+        at = cuts[-1]
+        enough = int(expected.searchsorted(expected[at] + block_units, side="left"))
+        widest = int(bounds.searchsorted(bounds[at] + span, side="right")) - 1
+        cuts.append(min(max(min(enough, widest), at + 1), len(bounds) - 1))
+    return bounds[cuts]
+
+
+def _merged_bounds(bounds: np.ndarray, units: int, window_chunks: float, block_units: int) -> np.ndarray:
+    """Block bounds: every ``step``-th of the key interval bounds, so that a block holds about ``block_units`` units
     (on average), with ``step`` at most an eighth of the window (in chunks)."""
     intervals = len(bounds) - 1
     if intervals <= 1 or units <= 0:
         return bounds
-    step = min(math.ceil(BLOCK_UNITS * intervals / units), max(1, int(window_chunks // 8)))
+    step = min(math.ceil(block_units * intervals / units), max(1, int(window_chunks // 8)))
     if step <= 1:
         return bounds
     return np.concatenate([bounds[:-1:step], bounds[-1:]])

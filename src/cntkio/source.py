@@ -108,6 +108,7 @@ class MinibatchSource:
         memory_budget_bytes: int | None = None,
         strict: bool = False,
         length_mismatch: LengthMismatch | str = LengthMismatch.PAD,
+        bucket_by_length: int = 0,
     ):
         self._closed = True  # until construction succeeds
         deserializers = flatten_deserializers(deserializers)
@@ -145,7 +146,17 @@ class MinibatchSource:
             sample_window=sample_window,
             seed=int(randomization_seed),
             compat=bool(compat),
+            bucket_samples=int(bucket_by_length),
         )
+        if bucket_by_length:
+            if bucket_by_length < 0:
+                raise ConfigError(f"bucket_by_length must be a number of samples >= 0, got {bucket_by_length}")
+            if not self.randomization.enabled or compat or frame_mode or truncation_length:
+                raise ConfigError(
+                    "bucket_by_length orders the sequences of each randomization block by length: it needs the "
+                    "default randomization in sequence mode (not randomize=False, compat, frame_mode or "
+                    "truncation_length)"
+                )
         self.trace_level = 1 if trace_level is None else int(trace_level)
         self._clock = StageClock()
         started = time.perf_counter()
@@ -330,6 +341,8 @@ class MinibatchSource:
         finally:
             self._marks = None
         clock.timed_read(started, marks, time.perf_counter(), clock.wait - waited)
+        if isinstance(result, Minibatch) and result:
+            clock.padding(next(iter(result.values())).sequence_lengths)
         return result
 
     def skip_minibatch(
@@ -506,7 +519,7 @@ class MinibatchSource:
     def _fingerprint(self) -> str:
         """Identifies the data (files, sizes, modification times) and the configuration that decides the order."""
         description = json.dumps(
-            [self._corpus.fingerprint(), self.randomization.__dict__, self.frame_mode, self.truncation_length],
+            [self._corpus.fingerprint(), self.randomization.identity(), self.frame_mode, self.truncation_length],
             sort_keys=True,
             default=str,
         )

@@ -29,6 +29,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 __all__ = ["STAGES", "STAGE_SAMPLE", "ReaderStats", "StageClock"]
 
 STAGES = ("index", "parse", "load", "randomize", "plan", "wait", "assemble", "handoff")
@@ -57,6 +59,7 @@ class StageClock:
         self.exact_reads = 0  # the first reads, every one timed
         self.sampled = dict.fromkeys(_READ_STAGES, 0.0)  # then the seconds of one read in STAGE_SAMPLE
         self.samples = 0  # reads sampled after the first ones
+        self.padded_cells = self.padded_samples = 0  # of the timed reads' minibatches (padding)
         self.first_read: float | None = None
         self.countdown = self.period = 1  # reads until the next one whose stages are timed (the first one is), of
         # `period` since the last one
@@ -94,6 +97,13 @@ class StageClock:
         self.timed_reads += self.period
         self.countdown = self.period = 1 if self.exact_reads < STAGE_SAMPLE else STAGE_SAMPLE
 
+    def padding(self, lengths: np.ndarray) -> None:
+        """A sampled minibatch's sequence lengths: the cells a padded ``[sequences, max_len]`` layout has, and the
+        samples in them."""
+        if len(lengths):
+            self.padded_cells += len(lengths) * int(lengths.max())
+            self.padded_samples += int(lengths.sum())
+
     @property
     def minibatches(self) -> int:
         """Reads that gave a minibatch (every read counts down to the next timed one)."""
@@ -113,7 +123,8 @@ class StageClock:
         for stage in _READ_STAGES:
             counts[stage] += minibatches
         in_reader = min(busy + self.wait, elapsed)  # (an estimate: never more than the time elapsed)
-        return ReaderStats(seconds, counts, minibatches, self.sequences, in_reader, elapsed)
+        padding = 1.0 - self.padded_samples / self.padded_cells if self.padded_cells else 0.0
+        return ReaderStats(seconds, counts, minibatches, self.sequences, in_reader, elapsed, padding)
 
 
 @dataclass(frozen=True)
@@ -134,6 +145,7 @@ class ReaderStats:
     sequences: int = 0
     in_reader: float = 0.0  # the consumer's seconds inside next_minibatch
     elapsed: float = 0.0  # seconds since the first next_minibatch call
+    padding: float = 0.0  # share of a padded [sequences, max_len] layout that is padding (sampled minibatches)
 
     @property
     def reader_fraction(self) -> float:
@@ -144,14 +156,14 @@ class ReaderStats:
         return {
             "seconds": dict(self.seconds), "counts": dict(self.counts), "minibatches": self.minibatches,
             "sequences": self.sequences, "in_reader": self.in_reader,
-            "elapsed": self.elapsed, "reader_fraction": self.reader_fraction,
+            "elapsed": self.elapsed, "reader_fraction": self.reader_fraction, "padding": self.padding,
         }  # fmt: skip
 
     def __str__(self) -> str:
         lines = [
             f"{self.minibatches} minibatches, {self.sequences} sequences in "
             f"{self.elapsed:.3f} s; the consumer waited in the reader {self.in_reader:.3f} s "
-            f"({100 * self.reader_fraction:.1f} %)",
+            f"({100 * self.reader_fraction:.1f} %); padding {100 * self.padding:.1f} % of a padded layout",
             f"{'stage':<10} {'seconds':>10} {'count':>9}",
         ]
         lines += [
