@@ -28,6 +28,7 @@ GOLDEN: dict[str, tuple[dict[str, Any], str, int]] = {
     ),
     "compat-window-4-chunks": ({"randomization_window_in_chunks": 4, "compat": True}, "14f5b0253a953915", 800),
     "frame-mode-window-4-chunks": ({"randomization_window_in_chunks": 4, "frame_mode": True}, "91ec244cfa1245cf", 2768),
+    "bucketed-37-samples": ({"bucket_by_length": 37}, "8564c5f34994b015", 800),
 }
 
 
