@@ -34,6 +34,7 @@ import torch.distributed as dist
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from . import layouts
 from .minibatch import Minibatch, MinibatchData
 from .source import MinibatchSource
 
@@ -174,17 +175,15 @@ def stream_tensors(data: MinibatchData, layout: str = "auto", pad_id: int = 0) -
             raise ValueError(f"stream '{name}' is dense: layout 'csr' is for sparse streams")
         return StreamTensors(to_tensor(data, "flat" if layout == "csr" else layout))
     if layout in ("token_ids", "token_offsets") or (layout == "per_sequence" and data.is_sparse):
-        ids = _one_hot_ids(data, layout)
+        ids = layouts.one_hot_ids(data, layout)
         if layout == "token_offsets":
             return StreamTensors(torch.from_numpy(ids), offsets=torch.from_numpy(data.sequence_offsets[:-1]))
         if layout == "per_sequence":
-            return StreamTensors(torch.from_numpy(_one_per_sequence(data, ids)))
-        rows, steps = data.sample_positions()
-        padded = np.full((data.num_sequences, data.max_length), pad_id, dtype=np.int64)
-        padded[rows, steps] = ids
-        return StreamTensors(torch.from_numpy(padded), mask=_mask(data))
+            return StreamTensors(torch.from_numpy(layouts.one_per_sequence(data, ids)))
+        padded = layouts.padded_ids(data, pad_id)
+        return StreamTensors(torch.from_numpy(padded), mask=torch.from_numpy(layouts.mask(data)))
     if layout == "per_sequence":
-        return StreamTensors(torch.from_numpy(_one_per_sequence(data, data.values)))
+        return StreamTensors(torch.from_numpy(layouts.one_per_sequence(data, data.values)))
     if layout == "nested":
         parts = data.as_sequences() if not data.is_sparse else list(data.asarray())
         lengths = data.sequence_lengths.tolist()
@@ -197,38 +196,7 @@ def stream_tensors(data: MinibatchData, layout: str = "auto", pad_id: int = 0) -
             raise ValueError(f"stream '{name}': layout 'packed' needs every sequence to have a sample")
         packed = pack_padded_sequence(padded_tensor, lengths_tensor, batch_first=True, enforce_sorted=False)
         return StreamTensors(packed)
-    return StreamTensors(padded_tensor, mask=_mask(data))
-
-
-def _mask(data: MinibatchData) -> torch.Tensor:
-    return torch.from_numpy(np.arange(data.max_length) < data.sequence_lengths[:, None])
-
-
-def _one_hot_ids(data: MinibatchData, layout: str) -> np.ndarray:
-    """The column of every sample of a one-hot sparse stream (the value is not kept)."""
-    name = data.info.name
-    if not data.is_sparse:
-        raise ValueError(f"stream '{name}' is dense: layout {layout!r} is for one-hot sparse streams")
-    assert data.indptr is not None and data.indices is not None
-    entries = np.diff(data.indptr)
-    if len(entries) and (entries != 1).any():
-        sample = int(np.flatnonzero(entries != 1)[0])
-        raise ValueError(
-            f"stream '{name}': layout {layout!r} needs one entry per sample (one-hot); sample {sample} of this "
-            f"minibatch has {int(entries[sample])} — use 'csr' or 'padded' for this stream"
-        )
-    return data.indices.astype(np.int64)
-
-
-def _one_per_sequence(data: MinibatchData, values: np.ndarray) -> np.ndarray:
-    lengths = data.sequence_lengths
-    if len(lengths) and (lengths != 1).any():
-        sequence = int(np.flatnonzero(lengths != 1)[0])
-        raise ValueError(
-            f"stream '{data.info.name}': layout 'per_sequence' needs one sample per sequence; sequence {sequence} "
-            f"of this minibatch has {int(lengths[sequence])}"
-        )
-    return values
+    return StreamTensors(padded_tensor, mask=torch.from_numpy(layouts.mask(data)))
 
 
 def to_tensor(data: MinibatchData, layout: str = "auto") -> torch.Tensor:
