@@ -1,0 +1,136 @@
+"""cntkio.jax with real JAX: fixed shapes from buckets, the arrays against the minibatches they come from, exact
+resume through a JSON state, and a multi-process JAX job (2 processes, jax.distributed on localhost, CPU) that
+reads every sequence exactly once with global arrays, also across a kill and a resume."""
+
+from __future__ import annotations
+
+import functools
+import json
+import socket
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("jax")
+
+import jax_dist_worker as worker
+from cntkio.jax import JaxIterator, bucket
+
+WORKER_SCRIPT = Path(worker.__file__).resolve()
+TIMEOUT = 180
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("jax") / "seq.ctf"
+    worker.write_ctf(path)
+    return str(path)
+
+
+def single(path: str, **options: Any) -> JaxIterator:
+    options = {"layout": worker.LAYOUT, "partition": (1, 0), **options}
+    return JaxIterator(functools.partial(worker.make_source, path), 64, **options)
+
+
+def test_buckets() -> None:
+    assert [bucket(n, None) for n in (1, 2, 3, 5, 8, 9)] == [1, 2, 4, 8, 8, 16]
+    assert bucket(5, (4, 12, 8)) == 8
+    with pytest.raises(ValueError, match="largest bucket 8"):
+        bucket(9, (4, 8))
+
+
+def test_batches_are_padded_to_a_few_shapes_and_hold_the_minibatches(data: str) -> None:
+    reference = worker.make_source(data)
+    batches = single(data)
+    shapes_without_buckets = set()
+    for batch in batches:
+        minibatch = reference.next_minibatch(64)
+        words, feats = minibatch["words"], minibatch["feats"]
+        rows, steps = batch["words"].shape
+        assert rows >= words.num_sequences and steps >= words.max_length
+        assert rows & (rows - 1) == 0 and steps & (steps - 1) == 0  # powers of two
+        shapes_without_buckets.add((words.num_sequences, words.max_length))
+        valid = batch["mask"]["words"]
+        np.testing.assert_array_equal(valid.sum(1)[: words.num_sequences], words.sequence_lengths)
+        assert not valid[words.num_sequences :].any()
+        n, t = words.num_sequences, words.max_length
+        real = words.sequence_lengths[:, None] > np.arange(t)
+        np.testing.assert_array_equal(batch["words"][:n, :t][valid[:n, :t]], words.asarray().argmax(-1)[real])
+        assert (batch["words"][~valid] == 0).all()  # pad_id
+        np.testing.assert_array_equal(batch["intent"][:n], minibatch["intent"].asarray()[:, 0].argmax(-1))
+        np.testing.assert_array_equal(batch["feats"][: feats.num_sequences, : feats.max_length], feats.asarray())
+        assert batches.last_keys == minibatch.sequence_keys
+    assert not reference.next_minibatch(64)
+    assert len(batches.shapes) <= 6 < len(shapes_without_buckets)
+
+
+def test_the_state_is_json_and_resumes_exactly(data: str) -> None:
+    full = _keys_per_batch(single(data), 10**6)
+    first = single(data)
+    head = _keys_per_batch(first, 4)
+    state = json.loads(json.dumps(first.get_state()))
+    resumed = single(data)
+    resumed.set_state(state)
+    assert head + _keys_per_batch(resumed, 10**6) == full
+
+
+def _keys_per_batch(batches: JaxIterator, limit: int) -> list[list[Any]]:
+    out = []
+    for count, _ in enumerate(batches, start=1):
+        out.append(list(batches.last_keys))
+        if count == limit:
+            break
+    return out
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def launch(tmp: Path, data: str, count: int, stop_after: int = 0, resume: list[Any] | None = None) -> list[dict]:
+    tmp.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    processes, outs = [], []
+    for index in range(count):
+        out = tmp / f"process{index}.json"
+        argv = [sys.executable, str(WORKER_SCRIPT), "--data", data, "--port", str(port), "--process", str(index),
+                "--count", str(count), "--out", str(out)]  # fmt: skip
+        if stop_after:
+            argv += ["--stop-after", str(stop_after)]
+        if resume is not None:
+            state = tmp / f"resume{index}.json"
+            state.write_text(json.dumps(resume[index]))
+            argv += ["--resume", str(state)]
+        processes.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        outs.append(out)
+    for process in processes:
+        try:
+            _, err = process.communicate(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            for other in processes:
+                other.kill()
+            raise
+        assert process.returncode == 0, err[-3000:]
+    return [json.loads(out.read_text()) for out in outs]
+
+
+def test_two_jax_processes_read_every_sequence_once_and_resume(data: str, tmp_path: Path) -> None:
+    expected = sorted({key for batch in _keys_per_batch(single(data), 10**6) for _, key in batch})
+    run = launch(tmp_path / "full", data, 2)
+    keys = [key for process in run for key in process["keys"]]
+    assert sorted(keys) == expected and max(Counter(keys).values()) == 1  # exactly once across the processes
+    assert run[0]["steps"] == run[1]["steps"]  # the processes step together (one shape per step)
+    assert len({tuple(s) for process in run for s in process["shapes"]}) <= 8
+
+    killed = launch(tmp_path / "killed", data, 2, stop_after=3)
+    before = [key for process in killed for key in process["keys"]]
+    resumed = launch(tmp_path / "resumed", data, 2, resume=[process["state"] for process in killed])
+    after = [key for process in resumed for key in process["keys"]]
+    assert sorted(before + after) == expected and max(Counter(before + after).values()) == 1
