@@ -1,0 +1,220 @@
+"""Ray Data integration: CTF corpora read by a Ray cluster, one read task per chunk of each file, and CBF shards
+written by it — for validating or converting corpora beyond one machine.
+
+``ray.data.read_datasource(CTFDatasource(paths, streams))`` plans its tasks from the cntkio index of every file (built
+once, with ``cache_index=True``: give ``index_cache_dir=`` on storage the nodes share, and each task loads the index
+instead of scanning its file). A task parses its chunk natively and yields one Arrow block of that chunk's
+sequences: ``file`` (the file's number in the corpus), ``chunk``, ``key``, and per stream — dense ``<name>`` (the
+sequence's samples flattened) and ``<name>.samples``; sparse ``<name>.indices``, ``<name>.values`` and
+``<name>.entries`` (entries per sample). ``Dataset.write_datasink(CBFDatasink(directory, datasource))`` writes
+each chunk's rows as ``part-<file>-<chunk>.cbf``: output named by the input, so the same bytes whatever the
+cluster size.
+
+Install with ``pip install "cntkio[ray]"``.
+
+Example::
+
+    import ray, cntkio.ray
+    corpus = cntkio.ray.CTFDatasource("corpus/part-*.ctf", streams)
+    ray.data.read_datasource(corpus).write_datasink(cntkio.ray.CBFDatasink("corpus-cbf/", corpus))
+    source = MinibatchSource(CBFDeserializer("corpus-cbf/part-*.cbf"))
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .convert import write_cbf
+from .deserializer import ChunkIndex, DenseStream, Deserializer, ParsedChunk, SparseStream
+from .formats.ctf import CTFDeserializer
+from .formats.shards import expand_paths
+from .streams import StreamInformation
+
+__all__ = ["CBFDatasink", "CTFDatasource"]
+
+
+try:
+    import pyarrow as _pa
+    import pyarrow.compute as _pc
+    from ray.data import Datasink, Datasource, ReadTask
+    from ray.data.block import BlockMetadata
+except ImportError as error:  # pragma: no cover - exercised where ray is missing
+    raise ImportError('cntkio.ray needs Ray Data: pip install "cntkio[ray]" (or "ray[data]")') from error
+
+
+class CTFDatasource(Datasource):  # type: ignore[misc]
+    """CTF files as a Ray dataset of sequences, one read task per chunk (see the module).
+
+    Args:
+        paths: a file, a list of files or a glob pattern (files in path order, as a sharded corpus).
+        streams: the ``StreamDefs`` of :class:`cntkio.CTFDeserializer`.
+        index_cache_dir: where the index caches go (storage every node reads, on a cluster).
+        options: other :class:`cntkio.CTFDeserializer` keywords (``chunk_size_in_bytes``, ``max_errors``, ...).
+    """
+
+    def __init__(self, paths: Any, streams: Any, *, index_cache_dir: str | os.PathLike[str] | None = None,
+                 **options: Any):  # fmt: skip
+        self._paths = expand_paths(paths) or [os.fsdecode(paths)]
+        self._streams = streams
+        self._options = {**options, "cache_index": True}
+        if index_cache_dir is not None:
+            self._options["index_cache_dir"] = os.fspath(index_cache_dir)
+        self._plan: list[tuple[int, str, int, int, int]] = []  # (file, path, chunk, sequences, bytes)
+        for number, path in enumerate(self._paths):
+            reader = CTFDeserializer(path, streams, **self._options)
+            try:
+                self.stream_infos = reader.stream_infos()
+                starts = reader.sequence_index().chunk_starts
+                for chunk in range(reader.num_chunks()):
+                    a, b = int(starts[chunk]), int(starts[chunk + 1])
+                    size = int(reader._offsets[b - 1]) + int(reader._sizes[b - 1]) - int(reader._offsets[a])
+                    self._plan.append((number, path, chunk, b - a, size))
+            finally:
+                reader.close()
+
+    def get_name(self) -> str:
+        return "CTF"
+
+    def estimate_inmemory_data_size(self) -> int:
+        return sum(size for *_, size in self._plan)
+
+    def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None, data_context: Any = None
+                       ) -> list[Any]:  # fmt: skip
+        """One task per chunk of each file, whatever ``parallelism`` (so blocks are the same on any cluster)."""
+        del parallelism, per_task_row_limit, data_context
+        return [
+            ReadTask(
+                functools.partial(_read_chunk, path, self._streams, self._options, number, chunk),
+                BlockMetadata(num_rows=sequences, size_bytes=size, exec_stats=None, input_files=(path,)),
+            )
+            for number, path, chunk, sequences, size in self._plan
+        ]
+
+
+def _read_chunk(path: str, streams: Any, options: dict[str, Any], number: int, chunk: int) -> Iterator[Any]:
+    reader = CTFDeserializer(path, streams, **options)
+    try:
+        data = reader.get_chunk(chunk)
+        keys = reader.chunk_index(chunk).keys
+        infos = reader.stream_infos()
+    finally:
+        reader.close()
+    kept = np.arange(len(keys)) if data.invalid is None else np.flatnonzero(data.invalid == 0)
+    yield _table(number, chunk, keys, kept, data, infos)
+
+
+def _list(offsets: np.ndarray, values: np.ndarray, kept: np.ndarray) -> Any:
+    """A large-list Arrow column of ``values[offsets[i]:offsets[i+1]]`` for the kept rows i."""
+    column = _pa.LargeListArray.from_arrays(_pa.array(offsets.astype(np.int64)), _pa.array(values))
+    return column if len(kept) == len(offsets) - 1 else column.take(_pa.array(kept))
+
+
+def _table(number: int, chunk: int, keys: Any, kept: np.ndarray, data: ParsedChunk,
+           infos: list[StreamInformation]) -> Any:  # fmt: skip
+    key_array = np.asarray(keys)[kept] if isinstance(keys, np.ndarray) else [keys[i] for i in kept.tolist()]
+    columns: dict[str, Any] = {
+        "file": _pa.array(np.full(len(kept), number, dtype=np.int32)),
+        "chunk": _pa.array(np.full(len(kept), chunk, dtype=np.int32)),
+        "key": _pa.array(key_array),
+    }
+    for info in infos:
+        stream = data[info.name]
+        offsets = np.asarray(stream.seq_offsets, dtype=np.int64)
+        samples = np.diff(offsets).astype(np.int32)
+        if isinstance(stream, SparseStream):
+            indptr = np.asarray(stream.indptr, dtype=np.int64)
+            columns[f"{info.name}.indices"] = _list(indptr[offsets], np.asarray(stream.indices), kept)
+            columns[f"{info.name}.values"] = _list(indptr[offsets], np.asarray(stream.values), kept)
+            columns[f"{info.name}.entries"] = _list(offsets, np.diff(indptr).astype(np.int32), kept)
+        else:
+            width = int(np.prod(info.shape))
+            flat = np.asarray(stream.values).reshape(-1)
+            columns[info.name] = _list(offsets * width, flat, kept)
+            columns[f"{info.name}.samples"] = _pa.array(samples[kept])
+    return _pa.table(columns)
+
+
+class CBFDatasink(Datasink):  # type: ignore[misc]
+    """Writes the rows of each (file, chunk) of a :class:`CTFDatasource` dataset as ``part-<file>-<chunk>.cbf`` in
+    ``directory`` (one CBF chunk each, the streams as ``source`` declares them), so the output depends only on the
+    input, never on how the cluster split the work."""
+
+    def __init__(self, directory: str | os.PathLike[str], source: CTFDatasource):
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._infos = list(source.stream_infos)
+
+    def get_name(self) -> str:
+        return "CBF"
+
+    def write(self, blocks: Iterable[Any], ctx: Any) -> list[str]:
+        del ctx
+        written = []
+        for block in blocks:
+            table = block if isinstance(block, _pa.Table) else _pa.Table.from_pandas(block)
+            if not table.num_rows:
+                continue
+            parts = np.unique(np.stack([table["file"].to_numpy(), table["chunk"].to_numpy()], axis=1), axis=0)
+            for number, chunk in parts.tolist():
+                rows = table.filter(_pc.and_(_pc.equal(table["file"], number), _pc.equal(table["chunk"], chunk)))
+                path = self.directory / f"part-{number:05d}-{chunk:06d}.cbf"
+                write_cbf(_ArrowChunk(rows, self._infos), path, chunk_size_in_bytes=None, progress=False)
+                written.append(str(path))
+        return written
+
+
+class _ArrowChunk(Deserializer):
+    """The rows of one chunk (an Arrow table of :func:`_table`'s columns) as a one-chunk deserializer."""
+
+    def __init__(self, table: Any, infos: list[StreamInformation]):
+        self._table, self._infos = table, infos
+
+    @property
+    def source_name(self) -> str:
+        return "ray block"
+
+    def stream_infos(self) -> list[StreamInformation]:
+        return list(self._infos)
+
+    def num_chunks(self) -> int:
+        return 1
+
+    def chunk_index(self, chunk_id: int) -> ChunkIndex:
+        lengths = np.zeros(self._table.num_rows, dtype=np.int64)
+        for info in self._infos:
+            lengths = np.maximum(lengths, self._samples(info))
+        keys = self._table["key"].to_numpy(zero_copy_only=False)
+        return ChunkIndex(chunk_id, keys if keys.dtype.kind in "iu" else keys.tolist(), lengths)
+
+    def _samples(self, info: StreamInformation) -> np.ndarray:
+        if info.is_sparse:
+            return np.diff(self._offsets(f"{info.name}.entries"))
+        return self._table[f"{info.name}.samples"].to_numpy().astype(np.int64)
+
+    def _offsets(self, column: str) -> np.ndarray:
+        return self._table[column].combine_chunks().offsets.to_numpy().astype(np.int64)
+
+    def _values(self, column: str) -> np.ndarray:
+        return self._table[column].combine_chunks().flatten().to_numpy()
+
+    def get_chunk(self, chunk_id: int) -> ParsedChunk:
+        chunk = ParsedChunk()
+        for info in self._infos:
+            samples = self._samples(info)
+            seq_offsets = np.concatenate([[0], np.cumsum(samples)]).astype(np.int64)
+            if info.is_sparse:
+                entries = self._values(f"{info.name}.entries").astype(np.int64)
+                indptr = np.concatenate([[0], np.cumsum(entries)]).astype(np.int64)
+                chunk[info.name] = SparseStream(self._values(f"{info.name}.values"),
+                                                self._values(f"{info.name}.indices").astype(np.int32), indptr,
+                                                seq_offsets, int(info.shape[0]))  # fmt: skip
+            else:
+                values = self._values(info.name).reshape(-1, *info.shape)
+                chunk[info.name] = DenseStream(values, seq_offsets)
+        return chunk
