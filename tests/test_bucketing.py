@@ -111,3 +111,16 @@ def test_loader_workers_see_the_same_bucketed_stream(data: Path) -> None:
         return [key for batch in loader for _, key in batch.keys]
 
     assert keys(2) == keys(0) == read(source(data))[0]
+
+
+@pytest.mark.parametrize("partitions", [2, 3])
+def test_partitions_read_whole_buckets(data: Path, partitions: int) -> None:
+    """Found by review: a partition looked up its bucket from the block position where the last read stopped, which
+    other partitions' units of that bucket still follow — so every other read took a single sequence."""
+    budget = MINIBATCH // partitions
+    for index in range(partitions):
+        src = source(data)
+        sizes = []
+        while minibatch := src.next_minibatch(MINIBATCH, num_data_partitions=partitions, partition_index=index):
+            sizes.append(int(minibatch["w"].sequence_lengths.sum()))
+        assert np.mean(sizes) > 0.6 * budget and sum(size < budget / 4 for size in sizes) < len(sizes) / 5

@@ -434,3 +434,18 @@ def test_torch_distributed_checkpoint_saves_and_restores_the_dataset(data: tuple
     restored = MinibatchDataset(make, worker.MINIBATCH)
     dcp.load({"data": restored}, checkpoint_id=str(tmp_path / "ckpt"), no_dist=True)
     assert_same_stream(run_loader(restored, 0), full[5:])
+
+
+def test_keys_beyond_int64_cross_from_workers(tmp_path: Path) -> None:
+    """Found by review: a CTF id >= 2**63 made the compact provenance fail in the worker's pickling (an error only in
+    a feeder thread: the loader ended with no batches); mixed signs came back as floats."""
+    path = tmp_path / "big.ctf"
+    path.write_text("18446744073709551615 |x 1 2 3 |s 1:1\n7 |x 4 5 6 |s 2:1\n")
+    streams = StreamDefs(x=StreamDef(field="x", shape=3), s=StreamDef(field="s", shape=50, is_sparse=True))
+    make = functools.partial(_big_key_source, str(path), streams)
+    batches = list(loader(make, 16, num_workers=1))
+    assert [key for batch in batches for _, key in batch.keys] == [18446744073709551615, 7]
+
+
+def _big_key_source(path: str, streams: Any) -> MinibatchSource:
+    return MinibatchSource(CTFDeserializer(path, streams), randomize=False, max_sweeps=1)

@@ -183,8 +183,8 @@ class Cursor:
                 cumulative = own.cumulative
                 base = int(cumulative[first])
                 fits = int(cumulative.searchsorted(base + budget - total, side="right")) - 1 - first
-                if block.cuts is not None:  # length bucketing: a read ends with its bucket
-                    cut = int(block.cuts[int(block.cuts.searchsorted(self.offset, side="right"))])
+                if block.cuts is not None:  # length bucketing: a read ends with the bucket of its first unit
+                    cut = int(block.cuts[int(block.cuts.searchsorted(own.position(first), side="right"))])
                     fits = min(fits, (cut if positions is None else int(positions.searchsorted(cut))) - first)
                 if total == 0:
                     fits = max(fits, 1)  # a unit longer than the budget forms a minibatch of its own

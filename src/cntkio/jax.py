@@ -124,13 +124,14 @@ class JaxIterator:
             if self.sharding is None:
                 if local is None:
                     return
-                yield self._arrays(local, *self._shape(local))
+                batch = self._arrays(local, *self._shape(local))
             else:
                 shape, any_left = self._agree(local)
                 if not any_left:
                     return
-                yield self._global(self._arrays(local, *shape) if local is not None else self._padding(*shape))
-            self.steps += 1
+                batch = self._global(self._arrays(local, *shape) if local is not None else self._padding(*shape))
+            self.steps += 1  # (before the batch leaves: a state taken with it counts it)
+            yield batch
 
     # --- shapes -------------------------------------------------------------------------------------------------
     def _shape(self, minibatch: Minibatch) -> tuple[int, int]:

@@ -4,11 +4,13 @@ written by it — for validating or converting corpora beyond one machine.
 ``ray.data.read_datasource(CTFDatasource(paths, streams))`` plans its tasks from the cntkio index of every file (built
 once, with ``cache_index=True``: give ``index_cache_dir=`` on storage the nodes share, and each task loads the index
 instead of scanning its file). A task parses its chunk natively and yields one Arrow block of that chunk's
-sequences: ``file`` (the file's number in the corpus), ``chunk``, ``key``, and per stream — dense ``<name>`` (the
-sequence's samples flattened) and ``<name>.samples``; sparse ``<name>.indices``, ``<name>.values`` and
-``<name>.entries`` (entries per sample). ``Dataset.write_datasink(CBFDatasink(directory, datasource))`` writes
-each chunk's rows as ``part-<file>-<chunk>.cbf``: output named by the input, so the same bytes whatever the
-cluster size.
+sequences: ``file`` (the file's number in the corpus), ``chunk``, ``row`` (its place in the chunk), ``key`` (the
+sequence id, as text), and per stream — dense ``<name>`` (the sequence's samples flattened) and ``<name>.samples``;
+sparse ``<name>.indices``, ``<name>.values`` and ``<name>.entries`` (entries per sample).
+``Dataset.write_datasink(CBFDatasink(directory, datasource))`` writes each chunk's rows as
+``part-<file>-<chunk>-<first row>.cbf`` (one file per block of a chunk: Ray may split a large chunk's rows): output
+named by the input, so the same bytes whatever the cluster size. Sequences a counted error damaged (``max_errors``)
+are left out, as :func:`cntkio.write_cbf` does.
 
 Install with ``pip install "cntkio[ray]"``.
 
@@ -91,7 +93,7 @@ class CTFDatasource(Datasource):  # type: ignore[misc]
         return [
             ReadTask(
                 functools.partial(_read_chunk, path, self._streams, self._options, number, chunk),
-                BlockMetadata(num_rows=sequences, size_bytes=size, exec_stats=None, input_files=(path,)),
+                BlockMetadata(num_rows=None, size_bytes=size, exec_stats=None, input_files=(path,)),
             )
             for number, path, chunk, sequences, size in self._plan
         ]
@@ -117,10 +119,12 @@ def _list(offsets: np.ndarray, values: np.ndarray, kept: np.ndarray) -> Any:
 
 def _table(number: int, chunk: int, keys: Any, kept: np.ndarray, data: ParsedChunk,
            infos: list[StreamInformation]) -> Any:  # fmt: skip
-    key_array = np.asarray(keys)[kept] if isinstance(keys, np.ndarray) else [keys[i] for i in kept.tolist()]
+    # ids as text in every file (a corpus may mix numeric and text ids; Arrow blocks need one schema)
+    key_array = np.asarray(keys)[kept].astype(str)
     columns: dict[str, Any] = {
         "file": _pa.array(np.full(len(kept), number, dtype=np.int32)),
         "chunk": _pa.array(np.full(len(kept), chunk, dtype=np.int32)),
+        "row": _pa.array(kept.astype(np.int32)),  # the sequence's place in its chunk
         "key": _pa.array(key_array),
     }
     for info in infos:
@@ -141,9 +145,9 @@ def _table(number: int, chunk: int, keys: Any, kept: np.ndarray, data: ParsedChu
 
 
 class CBFDatasink(Datasink):  # type: ignore[misc]
-    """Writes the rows of each (file, chunk) of a :class:`CTFDatasource` dataset as ``part-<file>-<chunk>.cbf`` in
-    ``directory`` (one CBF chunk each, the streams as ``source`` declares them), so the output depends only on the
-    input, never on how the cluster split the work."""
+    """Writes the rows of each (file, chunk) of a block of a :class:`CTFDatasource` dataset as
+    ``part-<file>-<chunk>-<first row>.cbf`` in ``directory`` (one CBF chunk each, the streams as ``source`` declares
+    them, rows in their order), so the output depends only on the input and the block size, never on the cluster."""
 
     def __init__(self, directory: str | os.PathLike[str], source: CTFDatasource):
         self.directory = Path(directory)
@@ -163,7 +167,9 @@ class CBFDatasink(Datasink):  # type: ignore[misc]
             parts = np.unique(np.stack([table["file"].to_numpy(), table["chunk"].to_numpy()], axis=1), axis=0)
             for number, chunk in parts.tolist():
                 rows = table.filter(_pc.and_(_pc.equal(table["file"], number), _pc.equal(table["chunk"], chunk)))
-                path = self.directory / f"part-{number:05d}-{chunk:06d}.cbf"
+                rows = rows.sort_by("row")
+                first = int(rows["row"][0].as_py())  # a chunk's rows may come in several blocks: one file each
+                path = self.directory / f"part-{number:05d}-{chunk:06d}-{first:08d}.cbf"
                 write_cbf(_ArrowChunk(rows, self._infos), path, chunk_size_in_bytes=None, progress=False)
                 written.append(str(path))
         return written

@@ -86,6 +86,16 @@ def _pinned(value: Any) -> Any:
     return value.pin_memory()
 
 
+def _integer_array(values: list[int], low: int, high: int) -> Any:
+    """The integers in the narrowest integer array that holds [low, high] exactly; the list itself when none does."""
+    kinds = (np.uint8, np.uint16, np.uint32, np.uint64) if low >= 0 else (np.int8, np.int16, np.int32, np.int64)
+    for kind in kinds:
+        info = np.iinfo(kind)
+        if info.min <= low and high <= info.max:
+            return np.array(values, dtype=kind)
+    return values
+
+
 @dataclass(frozen=True)
 class _Keys:
     """Provenance keys as a batch carries them across processes: a table of the files and, per sequence, the row
@@ -101,8 +111,7 @@ class _Keys:
         rows = np.fromiter((table.setdefault(source, len(table)) for source, _ in keys), np.int32, len(keys))
         ids: Any = [key for _, key in keys]
         if ids and all(type(key) is int for key in ids):
-            ids = np.array(ids, dtype=np.int64)
-            ids = ids.astype(np.result_type(np.min_scalar_type(int(ids.min())), np.min_scalar_type(int(ids.max()))))
+            ids = _integer_array(ids, min(ids), max(ids))
         return cls(tuple(table), rows.astype(np.min_scalar_type(max(len(table) - 1, 0))), ids)
 
     @property
