@@ -14,7 +14,7 @@ ray = pytest.importorskip("ray")
 pytest.importorskip("ray.data")
 
 from cntkio import CBFDeserializer, CTFDeserializer, MinibatchSource, StreamDef, StreamDefs  # noqa: E402
-from cntkio.ray import CBFDatasink, CTFDatasource  # noqa: E402
+from cntkio.ray import CBFDatasink, CBFDatasource, CTFDatasource  # noqa: E402
 
 STREAMS = StreamDefs(x=StreamDef(field="x", shape=3), s=StreamDef(field="s", shape=50, is_sparse=True))
 
@@ -116,3 +116,22 @@ def test_the_row_count_is_what_the_read_gives(local_ray: Any, tmp_path: Path) ->
     datasource = CTFDatasource(str(path), STREAMS, max_errors=100, index_cache_dir=tmp_path / "index")
     data = ray.data.read_datasource(datasource)
     assert data.count() == len(data.take_all()) == 40 - 6
+
+
+def test_cbf_shards_read_back_through_ray(local_ray: Any, corpus: tuple[str, Path], tmp_path: Path) -> None:
+    """CBF files as a Ray dataset (one task per CBF chunk): the shards a conversion wrote hold, row for row, the
+    samples of the CTF corpus."""
+    pattern, _ = corpus
+    ctf = CTFDatasource(pattern, STREAMS, chunk_size_in_bytes=2000, index_cache_dir=tmp_path / "index")
+    ray.data.read_datasource(ctf).write_datasink(CBFDatasink(tmp_path / "cbf", ctf))
+    cbf = CBFDatasource(str(tmp_path / "cbf" / "part-*.cbf"))
+    assert len(cbf.get_read_tasks(1)) == len(list((tmp_path / "cbf").glob("*.cbf")))
+
+    def ordered(datasource: Any) -> list[dict[str, Any]]:
+        return sorted(ray.data.read_datasource(datasource).take_all(), key=lambda r: (r["file"], r["chunk"], r["row"]))
+
+    original, converted = ordered(ctf), ordered(cbf)  # (the CBF's files are the CTF's chunks, in order)
+    assert len(original) == len(converted)
+    for a, b in zip(original, converted, strict=True):
+        for column in ("x", "x.samples", "s.indices", "s.values", "s.entries"):
+            np.testing.assert_array_equal(np.asarray(a[column]), np.asarray(b[column]))

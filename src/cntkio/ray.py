@@ -20,6 +20,7 @@ Example::
     corpus = cntkio.ray.CTFDatasource("corpus/part-*.ctf", streams)
     ray.data.read_datasource(corpus).write_datasink(cntkio.ray.CBFDatasink("corpus-cbf/", corpus))
     source = MinibatchSource(CBFDeserializer("corpus-cbf/part-*.cbf"))
+    again = ray.data.read_datasource(cntkio.ray.CBFDatasource("corpus-cbf/part-*.cbf"))   # CBF through Ray too
 """
 
 from __future__ import annotations
@@ -34,11 +35,12 @@ import numpy as np
 
 from .convert import write_cbf
 from .deserializer import ChunkIndex, DenseStream, Deserializer, ParsedChunk, SparseStream
+from .formats.cbf import CBFDeserializer
 from .formats.ctf import CTFDeserializer
 from .formats.shards import expand_paths
 from .streams import StreamInformation
 
-__all__ = ["CBFDatasink", "CTFDatasource"]
+__all__ = ["CBFDatasink", "CBFDatasource", "CTFDatasource"]
 
 
 try:
@@ -50,38 +52,29 @@ except ImportError as error:  # pragma: no cover - exercised where ray is missin
     raise ImportError('cntkio.ray needs Ray Data: pip install "cntkio[ray]" (or "ray[data]")') from error
 
 
-class CTFDatasource(Datasource):  # type: ignore[misc]
-    """CTF files as a Ray dataset of sequences, one read task per chunk (see the module).
+class _FileDatasource(Datasource):  # type: ignore[misc]
+    """Files of one cntkio format as a Ray dataset of sequences, one read task per chunk of each file, planned from
+    the reader's index (see the module)."""
 
-    Args:
-        paths: a file, a list of files or a glob pattern (files in path order, as a sharded corpus).
-        streams: the ``StreamDefs`` of :class:`cntkio.CTFDeserializer`.
-        index_cache_dir: where the index caches go (storage every node reads, on a cluster).
-        options: other :class:`cntkio.CTFDeserializer` keywords (``chunk_size_in_bytes``, ``max_errors``, ...).
-    """
+    reader: Any = None  # the deserializer class
+    name = ""
 
-    def __init__(self, paths: Any, streams: Any, *, index_cache_dir: str | os.PathLike[str] | None = None,
-                 **options: Any):  # fmt: skip
+    def __init__(self, paths: Any, streams: Any, options: dict[str, Any]):
         self._paths = expand_paths(paths) or [os.fsdecode(paths)]
         self._streams = streams
-        self._options = {**options, "cache_index": True}
-        if index_cache_dir is not None:
-            self._options["index_cache_dir"] = os.fspath(index_cache_dir)
-        self._plan: list[tuple[int, str, int, int, int]] = []  # (file, path, chunk, sequences, bytes)
+        self._options = options
+        self._plan: list[tuple[int, str, int, int]] = []  # (file, path, chunk, estimated bytes)
         for number, path in enumerate(self._paths):
-            reader = CTFDeserializer(path, streams, **self._options)
+            reader = self.reader(path, streams, **options)
             try:
                 self.stream_infos = reader.stream_infos()
-                starts = reader.sequence_index().chunk_starts
-                for chunk in range(reader.num_chunks()):
-                    a, b = int(starts[chunk]), int(starts[chunk + 1])
-                    size = int(reader._offsets[b - 1]) + int(reader._sizes[b - 1]) - int(reader._offsets[a])
-                    self._plan.append((number, path, chunk, b - a, size))
+                size = os.path.getsize(path) // max(reader.num_chunks(), 1)
+                self._plan += [(number, path, chunk, size) for chunk in range(reader.num_chunks())]
             finally:
                 reader.close()
 
     def get_name(self) -> str:
-        return "CTF"
+        return self.name
 
     def estimate_inmemory_data_size(self) -> int:
         return sum(size for *_, size in self._plan)
@@ -92,15 +85,53 @@ class CTFDatasource(Datasource):  # type: ignore[misc]
         del parallelism, per_task_row_limit, data_context
         return [
             ReadTask(
-                functools.partial(_read_chunk, path, self._streams, self._options, number, chunk),
+                functools.partial(_read_chunk, self.reader, path, self._streams, self._options, number, chunk),
                 BlockMetadata(num_rows=None, size_bytes=size, exec_stats=None, input_files=(path,)),
             )
-            for number, path, chunk, sequences, size in self._plan
+            for number, path, chunk, size in self._plan
         ]
 
 
-def _read_chunk(path: str, streams: Any, options: dict[str, Any], number: int, chunk: int) -> Iterator[Any]:
-    reader = CTFDeserializer(path, streams, **options)
+class CTFDatasource(_FileDatasource):
+    """CTF files as a Ray dataset of sequences, one read task per chunk (see the module).
+
+    Args:
+        paths: a file, a list of files or a glob pattern (files in path order, as a sharded corpus).
+        streams: the ``StreamDefs`` of :class:`cntkio.CTFDeserializer`.
+        index_cache_dir: where the index caches go (storage every node reads, on a cluster).
+        options: other :class:`cntkio.CTFDeserializer` keywords (``chunk_size_in_bytes``, ``max_errors``, ...).
+    """
+
+    reader = CTFDeserializer
+    name = "CTF"
+
+    def __init__(self, paths: Any, streams: Any, *, index_cache_dir: str | os.PathLike[str] | None = None,
+                 **options: Any):  # fmt: skip
+        options = {**options, "cache_index": True}
+        if index_cache_dir is not None:
+            options["index_cache_dir"] = os.fspath(index_cache_dir)
+        super().__init__(paths, streams, options)
+
+
+class CBFDatasource(_FileDatasource):
+    """CBF files as a Ray dataset of sequences, one read task per chunk of each file (the file's own chunks).
+
+    Args:
+        paths: a file, a list of files or a glob pattern.
+        streams: the ``StreamDefs`` of :class:`cntkio.CBFDeserializer` (None: every stream of the file).
+        options: other :class:`cntkio.CBFDeserializer` keywords.
+    """
+
+    reader = CBFDeserializer
+    name = "CBF"
+
+    def __init__(self, paths: Any, streams: Any = None, **options: Any):
+        super().__init__(paths, streams, options)
+
+
+def _read_chunk(reader_class: Any, path: str, streams: Any, options: dict[str, Any], number: int, chunk: int
+                ) -> Iterator[Any]:  # fmt: skip
+    reader = reader_class(path, streams, **options)
     try:
         data = reader.get_chunk(chunk)
         keys = reader.chunk_index(chunk).keys
@@ -149,7 +180,7 @@ class CBFDatasink(Datasink):  # type: ignore[misc]
     ``part-<file>-<chunk>-<first row>.cbf`` in ``directory`` (one CBF chunk each, the streams as ``source`` declares
     them, rows in their order), so the output depends only on the input and the block size, never on the cluster."""
 
-    def __init__(self, directory: str | os.PathLike[str], source: CTFDatasource):
+    def __init__(self, directory: str | os.PathLike[str], source: _FileDatasource):
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self._infos = list(source.stream_infos)
