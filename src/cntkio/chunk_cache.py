@@ -9,6 +9,7 @@ arrays gets a clear error, never wrong data.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Iterable
@@ -20,6 +21,7 @@ from . import _native
 from .corpus import ChunkKey, Corpus, LoadKey
 from .deserializer import SparseStream, StreamData
 from .errors import CNTKIOError, ConfigError
+from .shared_chunks import ChunkExchange
 from .stats import StageClock
 from .streams import StreamInformation
 from .system import available_cores, parsing_with
@@ -61,9 +63,13 @@ class ChunkCache:
         self._entered: list[list[int]] = [[] for _ in self._held]
         self.dropped = 0  # chunks dropped so far
         self._queued = self._busy = 0  # loads waiting for a parse thread, and loads running
+        self._deferred = 0  # of the queued loads: those asked for again while another loader worker parses them
         self._awaited: set[int] = set()  # ids of the futures the reading thread waits for
         self._lock = threading.Lock()
         self._closed = False
+        # Loader workers share parsed chunks (shared_chunks.ChunkExchange): the chunks loaded through it, by slot.
+        self.exchange: ChunkExchange | None = None
+        self._exchanged: dict[ChunkKey, tuple[int, int, int]] = {}
         self._executor = (
             ThreadPoolExecutor(max_workers=threads, thread_name_prefix="cntkio-parse") if threads > 0 else None
         )
@@ -105,11 +111,12 @@ class ChunkCache:
                 if owner:
                     self._submit((number, slot, sweep), future)
 
-    def _submit(self, key: LoadKey, future: Future[None]) -> None:
+    def _submit(self, key: LoadKey, future: Future[None], deferred: bool = False) -> None:
         assert self._executor is not None
         with self._lock:
             self._queued += 1  # loads submitted and not started: they will want a thread of their own
-        self._executor.submit(self._load_into, key, future, True)
+            self._deferred += deferred
+        self._executor.submit(self._load_into, key, future, True, deferred)
 
     def _claim(self, key: LoadKey) -> tuple[Future[None], bool]:
         """The load of ``key``: (its future, whether the caller must run it). A slot holding another sweep's
@@ -163,6 +170,9 @@ class ChunkCache:
         self._held[number][slot] = -1
         self.store.clear(number, slot)
         self.dropped += 1
+        name = self._exchanged.pop((number, slot), None)
+        if name is not None and self.exchange is not None:
+            self.exchange.release(name)
 
     def __len__(self) -> int:
         return len(self._futures)
@@ -178,12 +188,21 @@ class ChunkCache:
                 return self.threads
             return max(1, self.threads - self._busy - self._queued + 1)
 
-    def _load_into(self, key: LoadKey, future: Future[None], queued: bool = False) -> None:
+    def _load_into(self, key: LoadKey, future: Future[None], queued: bool = False, deferred: bool = False) -> None:
         with self._lock:
             self._queued -= queued
+            self._deferred -= deferred
             self._busy += 1
+            # A chunk another loader worker is parsing is asked for again later while this thread has other loads to
+            # run; with none (only chunks others parse), the thread waits for it.
+            waits = not queued or self._queued == self._deferred
         try:
-            self._load(key, future)
+            if not self._load(key, future, waits=waits):
+                try:
+                    self._submit(key, future, deferred=True)
+                except RuntimeError:  # the pool is shut down: the source is closing
+                    future.set_exception(ValueError("the source is closed"))
+                return
             future.set_result(None)
         except BaseException as error:  # re-raised in the thread that asks for the chunk
             with self._lock:
@@ -196,7 +215,8 @@ class ChunkCache:
             with self._lock:
                 self._busy -= 1
 
-    def _load(self, key: LoadKey, future: Future[None]) -> None:
+    def _load(self, key: LoadKey, future: Future[None], waits: bool = True) -> bool:
+        """Loads a chunk into its slot; False (``waits=False``) when another loader worker is parsing it."""
         number, slot, sweep = key
         deserializer, chunk_id, row0, rows, first_unit, first_sequence, frame_starts = self.corpus.slot_source(
             number, slot
@@ -204,7 +224,16 @@ class ChunkCache:
         source = deserializer.source_name
         started = time.perf_counter()
         with parsing_with(self._spare_threads(future)):
-            data = deserializer.get_chunk_of_sweep(chunk_id, sweep)  # sweep 0 unless the chunks vary by sweep
+            parse = functools.partial(deserializer.get_chunk_of_sweep, chunk_id, sweep)  # sweep 0 unless they vary
+            exchange = self.exchange
+            if exchange is None:
+                data = parse()
+            else:
+                shared = exchange.load((number, chunk_id, sweep), parse, wait=waits)
+                if shared is None:
+                    return False
+                data = shared
+                self._exchanged[(number, slot)] = (number, chunk_id, sweep)
         loading = time.perf_counter()
         starts = deserializer.sequence_index().chunk_starts
         sequences = int(starts[chunk_id + 1] - starts[chunk_id])
@@ -221,6 +250,7 @@ class ChunkCache:
         except ValueError as error:
             raise CNTKIOError(f"{source}: chunk {chunk_id} is malformed: {error}") from None
         self.clock.add_chunk(loading - started, time.perf_counter() - loading)
+        return True
 
     def close(self) -> None:
         """Stops background parsing; later requests raise ``ValueError``."""

@@ -240,6 +240,18 @@ class Corpus:
             return [(source, (key, frame)) for source, key, frame in zip(sources, keys, frames)]
         return list(zip(sources, keys))
 
+    def key_columns(self, units: np.ndarray, deserializer: int = 0) -> tuple[list[str], np.ndarray, Any]:
+        """:meth:`keys_of` as columns: the sources, each unit's number in that list, and the keys — an integer
+        array when they are integers (in sequence mode), else a list."""
+        reader = self.deserializers[deserializer]
+        sequences = self.sequences_of_units(units)
+        rows = self._rows_in(deserializer, sequences)
+        sources, numbers = reader.source_table(rows)
+        ids = None if self.frame_starts is not None else reader.sequence_index().keys.take_array(rows)
+        if ids is None:
+            return sources, numbers, [key for _, key in self.keys_of(units, deserializer)]
+        return sources, numbers, ids
+
     def describe_unit(self, unit: int, deserializer: int = 0) -> tuple[str, Any, int]:
         """(source, key in a deserializer, length) of a unit's sequence, for messages."""
         sequence = self.sequences_of_units(np.array([unit], dtype=np.int64))

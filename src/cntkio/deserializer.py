@@ -203,6 +203,10 @@ class Deserializer(abc.ABC):
         spans several files (a sharded corpus)."""
         return [self.source_name] * len(sequences)
 
+    def source_table(self, sequences: np.ndarray) -> tuple[list[str], np.ndarray]:
+        """:meth:`sources_of` as columns: the sources, and each sequence's number in that list (int64)."""
+        return [self.source_name], np.zeros(len(sequences), dtype=np.int64)
+
 
 class DeserializerGroup(tuple):  # type: ignore[type-arg]
     """Several deserializers made by one call (``HTKFeatureDeserializer`` with several streams gives one per

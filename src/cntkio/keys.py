@@ -29,6 +29,10 @@ class KeyColumn:
     def slice(self, start: int, stop: int) -> KeyColumn:
         raise NotImplementedError
 
+    def take_array(self, indices: np.ndarray) -> np.ndarray | None:
+        """The keys at ``indices`` as an integer array, or None if they are not integers."""
+        return None
+
     def __getitem__(self, index: int) -> Any:
         return self.take(np.array([index], dtype=np.int64))[0]
 
@@ -116,6 +120,9 @@ class NumericKeys(KeyColumn):
     def take(self, indices: np.ndarray) -> list[Any]:
         return self.values[indices].tolist()  # type: ignore[no-any-return]
 
+    def take_array(self, indices: np.ndarray) -> np.ndarray | None:
+        return self.values[indices]  # type: ignore[no-any-return]
+
     def slice(self, start: int, stop: int) -> NumericKeys:
         return type(self)(self.values[start:stop])
 
@@ -150,6 +157,9 @@ class RangeKeys(NumericKeys):
         if len(rows) and (int(rows.min()) < 0 or int(rows.max()) >= self.count):
             raise IndexError(f"key index out of range (0..{self.count - 1})")
         return (rows + self.first).tolist()  # type: ignore[no-any-return]
+
+    def take_array(self, indices: np.ndarray) -> np.ndarray | None:
+        return np.asarray(self.take(indices), dtype=np.int64)
 
     def slice(self, start: int, stop: int) -> RangeKeys:
         start, stop, _ = slice(start, stop).indices(self.count)

@@ -181,6 +181,10 @@ class Provenance:
             self._keys[deserializer] = self._corpus.keys_of(self.units, deserializer)
         return self._keys[deserializer]
 
+    def columns(self) -> tuple[list[str], np.ndarray, Any]:
+        """The primary's keys as columns (:meth:`Corpus.key_columns`): sources, each unit's source, keys."""
+        return self._corpus.key_columns(self.units, 0)
+
     @property
     def sources(self) -> list[str]:
         """The source (file) of each deserializer, primary first."""

@@ -28,6 +28,7 @@ from .errors import CNTKIOError, ConfigError
 from .join import JoinReport, LengthMismatch
 from .minibatch import Minibatch, MinibatchData
 from .order import Randomization
+from .shared_chunks import ChunkExchange
 from .stats import ReaderStats, StageClock
 from .streams import Record, StreamInformation
 from .system import available_cores
@@ -592,6 +593,10 @@ class MinibatchSource:
             if not minibatch:
                 return
             yield minibatch
+
+    def _share_chunks(self, exchange: ChunkExchange) -> None:
+        """Loads chunks through ``exchange`` (loader workers of one dataset parse each chunk once)."""
+        self._cache.exchange = exchange
 
     def close(self) -> None:
         """Stops background parsing; reading afterwards raises ``ValueError``. Closing twice is harmless."""

@@ -21,9 +21,13 @@ size is refused with an explanation).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import multiprocessing
+import os
+import uuid
 import warnings
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,8 +38,9 @@ import torch.distributed as dist
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from . import layouts
+from . import layouts, shm, torch_transport
 from .minibatch import Minibatch, MinibatchData
+from .shared_chunks import ChunkExchange
 from .source import MinibatchSource
 
 # Sparse CSR batches cross from loader workers to the main process, where torch rebuilds them: say once, explicitly,
@@ -70,7 +75,19 @@ class TorchMinibatch:
         return list(self.provenance.keys)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "provenance": _Keys.of(self.provenance.keys)}
+        state = {**self.__dict__, "provenance": _Keys.of(self.provenance)}
+        state.pop("_transport", None)
+        return state
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        state = self.__getstate__()
+        transport = self.__dict__.get("_transport")
+        wire = None
+        if transport is not None and get_worker_info() is not None:
+            wire = transport.pack(state, ("tensors", "lengths", "masks", "offsets"))
+        if wire is not None:  # leaving a loader worker: the tensors go through a shared-memory slot
+            return _unpacked_minibatch, (wire,)
+        return _minibatch_from_state, (state,)
 
     def __getitem__(self, name: str) -> torch.Tensor:
         return self.tensors[name]
@@ -80,39 +97,59 @@ class TorchMinibatch:
         return self
 
 
+def _minibatch_from_state(state: dict[str, Any]) -> TorchMinibatch:
+    batch = TorchMinibatch.__new__(TorchMinibatch)
+    batch.__dict__.update(state)
+    return batch
+
+
+def _unpacked_minibatch(wire: torch_transport.Wire) -> TorchMinibatch:
+    return _minibatch_from_state(torch_transport.unpack(wire))
+
+
 def _pinned(value: Any) -> Any:
     if isinstance(value, PackedSequence):
         return value._replace(data=value.data.pin_memory())
     return value.pin_memory()
 
 
-def _integer_array(values: list[int], low: int, high: int) -> Any:
-    """The integers in the narrowest integer array that holds [low, high] exactly; the list itself when none does."""
+def _narrowest(values: np.ndarray) -> np.ndarray:
+    """Integers in the narrowest integer dtype that holds them exactly."""
+    if not len(values):
+        return values.astype(np.uint8)
+    low, high = int(values.min()), int(values.max())
     kinds = (np.uint8, np.uint16, np.uint32, np.uint64) if low >= 0 else (np.int8, np.int16, np.int32, np.int64)
     for kind in kinds:
         info = np.iinfo(kind)
         if info.min <= low and high <= info.max:
-            return np.array(values, dtype=kind)
+            return values.astype(kind)
     return values
 
 
 @dataclass(frozen=True)
 class _Keys:
     """Provenance keys as a batch carries them across processes: a table of the files and, per sequence, the row
-    of its file and its key (an int64 array when every key is an integer)."""
+    of its file and its key (an integer array when every key is an integer)."""
 
     files: tuple[str, ...]
     file_rows: np.ndarray
     ids: Any
 
     @classmethod
-    def of(cls, keys: list[tuple[str, Any]]) -> _Keys:
-        table: dict[str, int] = {}
-        rows = np.fromiter((table.setdefault(source, len(table)) for source, _ in keys), np.int32, len(keys))
-        ids: Any = [key for _, key in keys]
-        if ids and all(type(key) is int for key in ids):
-            ids = _integer_array(ids, min(ids), max(ids))
-        return cls(tuple(table), rows.astype(np.min_scalar_type(max(len(table) - 1, 0))), ids)
+    def of(cls, provenance: Any) -> _Keys:
+        if isinstance(provenance, _Keys):
+            return provenance
+        files, rows, ids = provenance.columns()
+        used, rows = np.unique(rows, return_inverse=True)  # the files this batch uses
+        if not isinstance(ids, np.ndarray) and ids and all(type(key) is int for key in ids):
+            low, high = min(ids), max(ids)
+            if low >= -(2**63) and high < 2**63:
+                ids = np.array(ids, dtype=np.int64)
+            elif low >= 0 and high < 2**64:
+                ids = np.array(ids, dtype=np.uint64)
+        if isinstance(ids, np.ndarray):
+            ids = _narrowest(ids)
+        return cls(tuple(files[i] for i in used.tolist()), _narrowest(rows.reshape(-1)), ids)
 
     @property
     def keys(self) -> list[tuple[str, Any]]:
@@ -261,7 +298,8 @@ class _EpochCounter:
         self._shared: Any = None
         self._local = [base, begun]
         try:
-            self._shared = multiprocessing.Array("q", [base, begun], lock=True)
+            # (a lock made for spawned processes serves forked ones too; one made for forking cannot be spawned)
+            self._shared = multiprocessing.get_context("spawn").Array("q", [base, begun], lock=True)
         except (OSError, PermissionError):  # no shared memory here: one process only
             self._shared = None
 
@@ -292,6 +330,11 @@ class _EpochCounter:
         if self._shared is not None and get_spawning_popen() is None:  # an ordinary pickle: the numbers only
             return {"_shared": None, "_local": [self._shared[0], self._shared[1]]}
         return self.__dict__
+
+
+def _remove_job_files(owner_pid: int, token: str) -> None:
+    if os.getpid() == owner_pid:  # not in a forked worker's copy
+        shm.remove_job(owner_pid, token)
 
 
 class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
@@ -339,6 +382,11 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
         self._last_state: dict[str, Any] | None = None
         self._live: set[MinibatchSource] = set()
         self._epochs = _EpochCounter()
+        # The shared-memory files loader workers make for this dataset are named after it (shm.job_name) and removed
+        # with it, or by the next job if this process is killed.
+        self._job = (os.getpid(), uuid.uuid4().hex[:12])
+        shm.remove_stale()
+        weakref.finalize(self, _remove_job_files, *self._job)
 
     def _layout_of(self, stream: str) -> str:
         return self.layout if isinstance(self.layout, str) else self.layout.get(stream, "auto")
@@ -362,8 +410,10 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
         workers, worker_id = (worker.num_workers, worker.id) if worker is not None else (1, 0)
         partitions, rank = self._partition()
         epoch = self._epochs.begin(workers)
+        transport = torch_transport.worker_pool(shm.job_name(*self._job)) if worker is not None else None
         source = self.make_source()
         self._live.add(source)
+        exchange = self._exchange(source, epoch, worker_id, workers)
         index = base = 0
         resume, self._resume = self._resume, None  # a loaded state applies to the next iteration only
         try:
@@ -374,6 +424,8 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
                 index = int(resume["minibatch_index"])
                 base = int(resume.get("worker_base", index))
             while True:
+                if exchange is not None:
+                    exchange.at(index)
                 if (index - base) % workers != worker_id:
                     if not source.skip_minibatch(self.minibatch_size, partitions, rank):
                         return
@@ -398,12 +450,28 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
                     end_of_sweep=any(data.end_of_sweep for data in minibatch.values()),
                     index=index - 1,
                 )
+                batch._transport = transport  # type: ignore[attr-defined]
                 del minibatch  # only the caller holds the batch: once it lets go, the next read reuses its memory
                 yield batch
                 del batch
         finally:
             source.close()
             self._live.discard(source)
+            if exchange is not None:
+                exchange.close()
+
+    def _exchange(self, source: MinibatchSource, epoch: int, worker: int, workers: int) -> ChunkExchange | None:
+        """Loader workers share the chunks they parse (each chunk parsed once per epoch by one of them)."""
+        if workers < 2 or not shm.available():
+            return None
+        streams = [(info.name, info.storage_format, str(info.dtype), info.shape) for info in source.stream_infos()]
+        identity = hashlib.sha256(json.dumps([source._fingerprint(), streams], default=str).encode()).hexdigest()
+        try:
+            exchange = ChunkExchange(shm.job_name(*self._job), epoch, worker, workers, identity[:16])
+        except (OSError, ValueError):
+            return None
+        source._share_chunks(exchange)
+        return exchange
 
     def close(self) -> None:
         """Closes the sources of iterations still open in this process (their parse threads stop)."""

@@ -137,9 +137,12 @@ class ShardedDeserializer(IndexedDeserializer):
 
     def sources_of(self, sequences: np.ndarray) -> list[str]:
         """The shard (file) of each sequence (numbered across the corpus)."""
-        shards = np.searchsorted(self._first_sequence, np.asarray(sequences, dtype=np.int64), side="right") - 1
-        names = [shard.source_name for shard in self.shards]
+        names, shards = self.source_table(sequences)
         return [names[s] for s in shards.tolist()]
+
+    def source_table(self, sequences: np.ndarray) -> tuple[list[str], np.ndarray]:
+        shards = np.searchsorted(self._first_sequence, np.asarray(sequences, dtype=np.int64), side="right") - 1
+        return [shard.source_name for shard in self.shards], shards
 
     def fingerprint(self) -> list[Any]:
         return [type(self).__name__, [shard.fingerprint() for shard in self.shards]]
