@@ -183,6 +183,8 @@ class ChunkCache:
         parse thread: the loads still running end soon, and their threads then help instead of idling."""
         if self._executor is None:
             return available_cores()
+        if self.exchange is not None:  # loader workers: the processes are the parallelism (a split chunk's runs would
+            return 1  # wait for each other on oversubscribed cores; measured: less CPU per worker)
         with self._lock:
             if self._queued == 0 and id(future) in self._awaited:
                 return self.threads
