@@ -11,6 +11,7 @@ from __future__ import annotations
 import mmap
 import os
 import shutil
+import time
 from pathlib import Path
 
 SHM_DIR = Path("/dev/shm")
@@ -82,13 +83,22 @@ def alive(pid: int) -> bool:
     return True
 
 
+STALE_SECONDS = 60.0
+
+
 def remove_stale() -> None:
-    """Removes the files of jobs whose main process is gone."""
+    """Removes the files of jobs whose main process is gone, once a minute old (a process of another PID namespace
+    sharing ``/dev/shm`` looks gone too: its young files are left alone, and losing an older one costs it a parse)."""
     if not available():
         return
+    old = time.time() - STALE_SECONDS
     for entry in os.scandir(SHM_DIR):
         if not entry.name.startswith(PREFIX):
             continue
         pid = entry.name[len(PREFIX) :].split("-", 1)[0]
-        if pid.isdigit() and not alive(int(pid)):
+        try:
+            stale = pid.isdigit() and not alive(int(pid)) and entry.stat().st_mtime < old
+        except FileNotFoundError:
+            continue
+        if stale:
             unlink(entry.path)
