@@ -67,9 +67,7 @@ class ChunkCache:
         self._awaited: set[int] = set()  # ids of the futures the reading thread waits for
         self._lock = threading.Lock()
         self._closed = False
-        # Loader workers share parsed chunks (shared_chunks.ChunkExchange): the chunks loaded through it, by slot.
-        self.exchange: ChunkExchange | None = None
-        self._exchanged: dict[ChunkKey, tuple[int, int, int]] = {}
+        self.exchange: ChunkExchange | None = None  # loader workers share parsed chunks through it
         self._executor = (
             ThreadPoolExecutor(max_workers=threads, thread_name_prefix="cntkio-parse") if threads > 0 else None
         )
@@ -166,13 +164,12 @@ class ChunkCache:
 
     def _drop(self, number: int, slot: int) -> None:
         """Forgets a slot's chunk (the lock is held)."""
-        del self._futures[(number, slot)]
+        sweep, _ = self._futures.pop((number, slot))
         self._held[number][slot] = -1
         self.store.clear(number, slot)
         self.dropped += 1
-        name = self._exchanged.pop((number, slot), None)
-        if name is not None and self.exchange is not None:
-            self.exchange.release(name)
+        if self.exchange is not None:
+            self.exchange.release((number, self.corpus.slot_source(number, slot)[1], sweep))
 
     def __len__(self) -> int:
         return len(self._futures)
@@ -235,7 +232,6 @@ class ChunkCache:
                 if shared is None:
                     return False
                 data = shared
-                self._exchanged[(number, slot)] = (number, chunk_id, sweep)
         loading = time.perf_counter()
         starts = deserializer.sequence_index().chunk_starts
         sequences = int(starts[chunk_id + 1] - starts[chunk_id])

@@ -152,14 +152,14 @@ class RangeKeys(NumericKeys):
         return 0
 
     def take(self, indices: np.ndarray) -> list[Any]:
+        return self.take_array(indices).tolist()  # type: ignore[no-any-return]
+
+    def take_array(self, indices: np.ndarray) -> np.ndarray:
         rows = np.asarray(indices, dtype=np.int64)
         rows = np.where(rows < 0, rows + self.count, rows)  # negative indices count from the end, as in a list
         if len(rows) and (int(rows.min()) < 0 or int(rows.max()) >= self.count):
             raise IndexError(f"key index out of range (0..{self.count - 1})")
-        return (rows + self.first).tolist()  # type: ignore[no-any-return]
-
-    def take_array(self, indices: np.ndarray) -> np.ndarray | None:
-        return np.asarray(self.take(indices), dtype=np.int64)
+        return rows + self.first  # type: ignore[no-any-return]
 
     def slice(self, start: int, stop: int) -> RangeKeys:
         start, stop, _ = slice(start, stop).indices(self.count)

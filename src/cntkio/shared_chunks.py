@@ -67,7 +67,6 @@ class ChunkExchange:
         self._pending: list[tuple[int, str, int]] = []  # (position it was released at, file, inode)
         self._mine: dict[str, int] = {}  # file -> inode of the chunks this worker published
         self._lock = threading.Lock()
-        self.shared = self.parsed = 0  # chunks this worker mapped from another / parsed itself
         self.at(0)
 
     # --- positions -----------------------------------------------------------------------------
@@ -75,8 +74,7 @@ class ChunkExchange:
         """This worker reads (or skips) minibatch ``index`` next; files no worker needs any more are removed."""
         self.index = index
         self.positions[self.worker] = (self.epoch << _EPOCH_SHIFT) | min(index, _DONE)
-        if self._pending and self._pending[0][0] <= self._slowest():
-            self._collect()
+        self._collect()
 
     def _slowest(self) -> int:
         """The earliest minibatch any worker of this epoch may still read (a worker still in an earlier epoch
@@ -91,6 +89,9 @@ class ChunkExchange:
         return slowest
 
     def _collect(self) -> None:
+        """Removes the files this worker published that every worker has passed."""
+        if not self._pending:
+            return
         slowest = self._slowest()
         with self._lock:
             while self._pending and self._pending[0][0] <= slowest:
@@ -109,26 +110,22 @@ class ChunkExchange:
         self.at(_DONE)
         if self._slowest() == _DONE:
             shm.unlink(str(self.directory))
-        else:
-            self._collect()
 
     # --- chunks --------------------------------------------------------------------------------
     def load(self, name: ChunkName, parse: Callable[[], Chunk], *, wait: bool = True) -> Chunk | None:
         """The chunk ``name``: mapped from the worker that parsed it, or parsed here (and published). While another
         worker parses it: waits, or (``wait=False``) returns None at once, so the caller's thread can parse
         another chunk meanwhile and ask again."""
-        path = str(self.directory / f"{self.corpus}-{name[0]}-{name[1]}-{name[2]}")
+        path = self._path(name)
         while True:
             with contextlib.suppress(FileNotFoundError):
-                chunk = _read(path)
-                self.shared += 1
-                return chunk
+                return _read(path)
             if os.path.exists(path + ".local"):  # its parse counted errors: every worker counts them itself
-                return self._parse_here(parse)
+                return parse()
             try:  # the claim: an exclusive lock on <path>.claim while parsing (the kernel drops it if we die)
                 claim = os.open(path + ".claim", os.O_RDWR | os.O_CREAT, 0o600)
             except FileNotFoundError:  # the directory is gone (another epoch began): no sharing
-                return self._parse_here(parse)
+                return parse()
             try:
                 try:
                     fcntl.flock(claim, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -144,11 +141,10 @@ class ChunkExchange:
                 os.close(claim)  # (releases the lock)
 
     def _parse_and_publish(self, path: str, parse: Callable[[], Chunk]) -> Chunk:
-        data = self._parse_here(parse)
+        data = parse()
         try:
             if _shareable(data):  # (this worker keeps its own copy: the file is for the others)
-                _publish(path, data)
-                self._mine[path] = os.stat(path).st_ino
+                self._mine[path] = _publish(path, data)
                 return data
         except OSError:  # /dev/shm full: the others parse it themselves
             pass
@@ -157,19 +153,17 @@ class ChunkExchange:
         self._mine[path] = _LOCAL
         return data
 
-    def _parse_here(self, parse: Callable[[], Chunk]) -> Chunk:
-        self.parsed += 1
-        return parse()
+    def _path(self, name: ChunkName) -> str:
+        return str(self.directory / f"{self.corpus}-{name[0]}-{name[1]}-{name[2]}")
 
     def release(self, name: ChunkName) -> None:
         """This worker's reader dropped the chunk ``name``: it needs it no more from its current minibatch on."""
-        path = str(self.directory / f"{self.corpus}-{name[0]}-{name[1]}-{name[2]}")
+        path = self._path(name)
         with self._lock:
             inode = self._mine.pop(path, None)
             if inode is not None:
                 heapq.heappush(self._pending, (self.index, path, inode))
-        if self._pending and self._pending[0][0] <= self._slowest():
-            self._collect()
+        self._collect()
 
 
 def _positions(path: str) -> np.ndarray:
@@ -202,9 +196,9 @@ def _arrays(stream: DenseStream | SparseStream) -> dict[str, np.ndarray]:
     return {"values": stream.values, "seq_offsets": stream.seq_offsets}
 
 
-def _publish(path: str, data: Chunk) -> None:
+def _publish(path: str, data: Chunk) -> int:
     """Writes the chunk to ``path``, atomically: written (not mapped: a full ``/dev/shm`` is an error here) under
-    another name, then renamed."""
+    another name, then renamed. Returns the file's inode."""
     header: dict[str, Any] = {}
     pieces: list[Any] = []
     offset = 0
@@ -226,9 +220,11 @@ def _publish(path: str, data: Chunk) -> None:
     try:
         try:
             _write_all(fd, [piece for piece in pieces if len(piece)])
+            inode = os.fstat(fd).st_ino
         finally:
             os.close(fd)
         os.rename(temporary, path)
+        return inode
     except BaseException:
         shm.unlink(temporary)
         raise

@@ -73,59 +73,62 @@ class SlotPool:
     def __init__(self, name: str):
         self.name = name
         self.flags = shm.create(f"{name}-flags", MAX_SLOTS)
-        self.slots: list[tuple[int, mmap.mmap] | None] = [None] * MAX_SLOTS
+        self.maps: list[mmap.mmap | None] = [None] * MAX_SLOTS
+        self.generations = [-1] * MAX_SLOTS
         self.lock = threading.Lock()
 
     def pack(self, fields: dict[str, Any], tensor_fields: tuple[str, ...]) -> Wire | None:
         """The fields with the tensors of ``tensor_fields`` (tensors, or dicts of them) copied into a free slot, or
         None (no slot free, or nothing to copy)."""
-        tensors: list[np.ndarray] = []
+        tensors: list[tuple[int, np.ndarray]] = []  # (offset in the slot, array)
         end = [0]
         refs = {name: _to_refs(fields[name], tensors, end) for name in tensor_fields}
         if not tensors:
             return None
-        size = end[0]
         with self.lock:
-            taken = self._acquire(size)
+            taken = self._acquire(end[0])
             if taken is None:
                 return None
             slot, generation, buffer = taken
-            offset = 0
-            for array in tensors:
+            for offset, array in tensors:
                 if array.nbytes:
                     np.copyto(np.ndarray(array.shape, array.dtype, buffer=buffer, offset=offset), array)
-                offset = _align(offset + array.nbytes)
         others = {name: value for name, value in fields.items() if name not in refs}
         return Wire(self.name, os.getpid(), slot, generation, others, refs)
 
     def _acquire(self, size: int) -> tuple[int, int, mmap.mmap] | None:
+        """A free slot of at least ``size`` bytes (the smallest; else a free one made larger): (slot, generation,
+        mapping), or None."""
         free = [i for i in range(MAX_SLOTS) if self.flags[i] == 0]
-        fitting = [i for i in free if self.slots[i] is not None and len(self.slots[i][1]) >= size]  # type: ignore[index]
-        if fitting:
-            slot = min(fitting, key=lambda i: len(self.slots[i][1]))  # type: ignore[index]
-        elif free:
-            slot = next((i for i in free if self.slots[i] is None), free[0])
-            generation = self.slots[slot][0] + 1 if self.slots[slot] is not None else 0  # type: ignore[index]
-            if self.slots[slot] is not None:
-                shm.unlink(f"{self.name}-s{slot}-g{generation - 1}")
+        if not free:
+            return None
+        fitting = [i for i in free if self._capacity(i) >= size]
+        slot = min(fitting or free, key=self._capacity)
+        if not fitting:
+            if self.maps[slot] is not None:
+                shm.unlink(f"{self.name}-s{slot}-g{self.generations[slot]}")
+            self.generations[slot] += 1
             capacity = max(MIN_SLOT_BYTES, -(-size * 5 // 4 // mmap.PAGESIZE) * mmap.PAGESIZE)
             try:
-                self.slots[slot] = (generation, shm.create(f"{self.name}-s{slot}-g{generation}", capacity))
+                self.maps[slot] = shm.create(f"{self.name}-s{slot}-g{self.generations[slot]}", capacity)
             except OSError:  # /dev/shm full: torch's way
-                self.slots[slot] = None
+                self.maps[slot] = None
                 return None
-        else:
-            return None
-        generation, buffer = self.slots[slot]  # type: ignore[misc]
+        mapping = self.maps[slot]
+        assert mapping is not None
         self.flags[slot] = 1
-        return slot, generation, buffer
+        return slot, self.generations[slot], mapping
+
+    def _capacity(self, slot: int) -> int:
+        mapping = self.maps[slot]
+        return len(mapping) if mapping is not None else 0
 
 
 def _align(offset: int) -> int:
     return -(-offset // ALIGN) * ALIGN
 
 
-def _to_refs(value: Any, tensors: list[np.ndarray], offset: list[int]) -> Any:
+def _to_refs(value: Any, tensors: list[tuple[int, np.ndarray]], offset: list[int]) -> Any:
     """``value`` with its CPU tensors replaced by refs to where they go in a slot (appended to ``tensors``)."""
     if isinstance(value, dict):
         return {key: _to_refs(item, tensors, offset) for key, item in value.items()}
@@ -144,7 +147,7 @@ def _to_refs(value: Any, tensors: list[np.ndarray], offset: list[int]) -> Any:
     except TypeError:  # a dtype NumPy lacks
         return value
     ref = _Ref(offset[0], array.dtype.str, tuple(array.shape))
-    tensors.append(array)
+    tensors.append((offset[0], array))
     offset[0] = _align(offset[0] + array.nbytes)
     return ref
 
