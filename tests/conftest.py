@@ -39,7 +39,7 @@ class Parsed:
 
 def _rows(matrix: scipy.sparse.csr_matrix) -> list[list[tuple[int, float]]]:
     indptr = matrix.indptr.tolist()
-    return [list(zip(matrix.indices[a:b].tolist(), matrix.data[a:b].tolist())) for a, b in zip(indptr[:-1], indptr[1:])]
+    return [list(zip(matrix.indices[a:b].tolist(), matrix.data[a:b].tolist())) for a, b in itertools.pairwise(indptr)]
 
 
 def _key(key: Any) -> Any:
@@ -59,11 +59,11 @@ def parse_all(deserializer: CTFDeserializer) -> Parsed:
             bounds = data.seq_offsets.tolist()
             assert len(bounds) == len(these) + 1
             if isinstance(data, DenseStream):
-                streams[name] += [data.values[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+                streams[name] += [data.values[a:b] for a, b in itertools.pairwise(bounds)]
             else:
                 assert isinstance(data, SparseStream)
                 matrix = data.csr()
-                streams[name] += [matrix[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+                streams[name] += [matrix[a:b] for a, b in itertools.pairwise(bounds)]
     lengths = deserializer.sequence_lengths().tolist()
     assert len(lengths) == len(keys)
     return Parsed(deserializer, keys, lengths, chunk_keys, streams)

@@ -11,6 +11,7 @@ label joined to the wrong utterance or frame shows.
 
 from __future__ import annotations
 
+import itertools
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,7 +153,7 @@ def test_the_ranges_tile_one_archive_and_lengths_match_the_labels(an4: Corpus) -
     as label frames, so the join is clean: nothing dropped, no length mismatch."""
     order = sorted(an4.keys, key=an4.starts.__getitem__)
     assert order == an4.keys and an4.starts[an4.keys[0]] == 0
-    assert all(an4.starts[b] == an4.starts[a] + an4.lengths[a] for a, b in zip(order, order[1:]))
+    assert all(an4.starts[b] == an4.starts[a] + an4.lengths[a] for a, b in itertools.pairwise(order))
     assert an4.total == len(an4.label_of_frame) == 252_734 and (an4.label_of_frame >= 0).all()
     with an4.source(max_sweeps=1) as source:
         report = source.join_report

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import pickle
@@ -286,7 +287,7 @@ def test_chunks_group_whole_entries_by_parsed_bytes(tmp_path: Path) -> None:
     assert whole.num_chunks() == 1 and small.num_chunks() > 5
     np.testing.assert_array_equal(dense_chunks(small), dense_chunks(whole))
     starts = small.sequence_index().chunk_starts
-    frames = [int(small.sequence_index().lengths[a:b].sum()) for a, b in zip(starts[:-1], starts[1:])]
+    frames = [int(small.sequence_index().lengths[a:b].sum()) for a, b in itertools.pairwise(starts)]
     longest = int(small.sequence_index().lengths.max())
     assert all(f <= 20 + longest for f in frames)
     for c in range(small.num_chunks()):

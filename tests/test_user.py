@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import pickle
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest

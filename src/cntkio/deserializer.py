@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 import scipy.sparse
@@ -46,7 +46,7 @@ class SparseStream:
         )
 
 
-StreamData = Union[DenseStream, SparseStream]
+StreamData = DenseStream | SparseStream
 
 
 class ParsedChunk(dict):  # type: ignore[type-arg]

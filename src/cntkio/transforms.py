@@ -19,7 +19,7 @@ import math
 import operator
 import os
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -45,8 +45,8 @@ JITTER_TYPES = ("none", "uniratio")
 INTERPOLATIONS = ("nearest", "linear", "cubic", "lanczos")
 SCALE_MODES = ("fill", "crop", "pad")
 
-Ratio = Union[float, tuple[float, float]]
-Size = Union[int, tuple[int, int]]
+Ratio = float | tuple[float, float]
+Size = int | tuple[int, int]
 
 
 def require_cv2() -> Any:
