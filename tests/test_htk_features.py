@@ -281,6 +281,30 @@ def test_a_truncated_archive_is_caught_at_index_time(tmp_path: Path) -> None:
     assert error.value.sequence_key == list(utterances)[-1]
 
 
+@pytest.mark.parametrize("big_endian", [True, False])
+def test_a_whole_file_longer_than_its_header_says_is_refused(tmp_path: Path, big_endian: bool) -> None:
+    """A file listed without a range is read by its header's nSamples: a header claiming fewer frames than the file
+    holds must not cut the utterance short without a word (nSamples x sampleSize is checked against the size)."""
+    frames = {"a": frames_of(0, 6), "b": frames_of(1, 5)}
+    for key, values in frames.items():
+        write_features(tmp_path / f"{key}.mfc", values, big_endian=big_endian)
+    damaged = tmp_path / "b.mfc"
+    data = bytearray(damaged.read_bytes())
+    data[0:4] = (3).to_bytes(4, "big" if big_endian else "little")  # nSamples 5 -> 3
+    damaged.write_bytes(bytes(data))
+    write_scp(tmp_path / "whole.scp", [ScpEntry(key, str(tmp_path / f"{key}.mfc")) for key in frames])
+    with pytest.raises(FormatError, match=r"more than its header gives \(nSamples 3 x sampleSize 16") as error:
+        deserializer(tmp_path / "whole.scp")
+    assert error.value.sequence_key == "b" and "b.mfc" in str(error.value)
+    reader = deserializer(tmp_path / "whole.scp", max_errors=1)  # skipped and counted, never read cut short
+    assert reader.errors.count == 1
+    got = read_all(reader)
+    assert list(got) == ["a"]
+    np.testing.assert_array_equal(got["a"], frames["a"])
+    write_scp(tmp_path / "ranged.scp", [ScpEntry("b", str(damaged), 0, 2)])  # a range inside the header's frames
+    np.testing.assert_array_equal(read_all(deserializer(tmp_path / "ranged.scp"))["b"], frames["b"][:3])
+
+
 def test_long_utterances_are_skipped_and_reported(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     scp, utterances = corpus(tmp_path, 20)
     with caplog.at_level(logging.WARNING, logger="cntkio"):

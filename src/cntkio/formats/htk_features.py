@@ -29,7 +29,7 @@ from ..deserializer import DenseStream, DeserializerGroup, IndexedDeserializer, 
 from ..errors import ConfigError, ErrorBudget, FormatError, Location
 from ..htk import HTKHeader, read_header_at
 from ..streams import StreamDefs, StreamInformation, iter_stream_defs, parse_precision
-from .data_file import DataFile, rebuild_unchanged
+from .data_file import DataFile, FileIdentity, rebuild_unchanged
 from .scp import ScpIndex, parse_scp
 
 logger = logging.getLogger("cntkio")
@@ -69,14 +69,16 @@ def _describe_kind(header: HTKHeader) -> str:
 
 class _OpenFiles:
     """The HTK files of a deserializer, opened when a chunk needs them and kept open up to ``limit`` (least
-    recently used closed first; files a chunk is reading are never closed). A reopened file must have the size
-    and modification time it had when it was indexed. Thread-safe."""
+    recently used closed first; files a chunk is reading are never closed). A reopened file must be the one that
+    was indexed, unchanged (its :class:`FileIdentity`: inode, size, modification and change times); one kept open
+    is checked after each read (:meth:`DataFile.check_unchanged`). Thread-safe."""
 
     def __init__(self, limit: int):
         self.limit = limit
         self.paths: list[str] = []
-        self._sizes = array("q")  # size and modification time (ns) of each file when it was indexed
-        self._mtimes = array("q")
+        # each file's identity when it was indexed (FileIdentity), as columns: no Python object per file
+        self._devices, self._inodes = array("Q"), array("Q")
+        self._sizes, self._mtimes, self._ctimes = array("q"), array("q"), array("q")
         self._open: OrderedDict[int, DataFile] = OrderedDict()
         self._pins: dict[int, int] = {}
         self._lock = threading.Lock()
@@ -87,8 +89,12 @@ class _OpenFiles:
         returns its number."""
         file_id = len(self.paths)
         self.paths.append(data_file.path)
-        self._sizes.append(data_file.identity[2])
-        self._mtimes.append(data_file.identity[3])
+        identity = data_file.identity
+        self._devices.append(identity.device)
+        self._inodes.append(identity.inode)
+        self._sizes.append(identity.size)
+        self._mtimes.append(identity.mtime_ns)
+        self._ctimes.append(identity.ctime_ns)
         with self._lock:
             self._open[file_id] = data_file
             self._trim()
@@ -98,8 +104,16 @@ class _OpenFiles:
         """Every file's size and modification time, as bytes (for fingerprints)."""
         return self._sizes.tobytes() + self._mtimes.tobytes()
 
+    def indexed(self, file_id: int) -> FileIdentity:
+        """File ``file_id``'s identity when it was indexed."""
+        return FileIdentity(
+            self._devices[file_id], self._inodes[file_id], self._sizes[file_id], self._mtimes[file_id],
+            self._ctimes[file_id],
+        )  # fmt: skip
+
     def acquire(self, file_id: int) -> DataFile:
-        """The file, open and checked unchanged since it was indexed, pinned until :meth:`release`."""
+        """The file, open (reopened if it was closed, and then checked to be the indexed one, unchanged), pinned
+        until :meth:`release`. The caller checks it after reading (:meth:`DataFile.check_unchanged`)."""
         with self._lock:
             if self.closed:
                 raise ValueError(f"{self.paths[file_id]}: the deserializer is closed")
@@ -126,16 +140,15 @@ class _OpenFiles:
             if data_file is not None:
                 self._open.move_to_end(file_id)
         if data_file is not None:
-            data_file.check_unchanged("indexed")
             return data_file
         path = self.paths[file_id]
         data_file = DataFile(path, "HTK")
-        size, mtime = self._sizes[file_id], self._mtimes[file_id]
-        if (data_file.identity[2], data_file.identity[3]) != (size, mtime):
+        changes = self.indexed(file_id).changes(data_file.identity)
+        if changes:
             data_file.close()
             raise FormatError(
-                f"the file changed since it was indexed (size {size} -> {data_file.size} bytes or a new "
-                "modification time); build a new deserializer to read the new contents",
+                f"the file changed since it was indexed ({'; '.join(changes)}); build a new deserializer to read "
+                "the new contents",
                 Location(path, 0),
             )
         with self._lock:
@@ -320,6 +333,7 @@ class HTKFeatureDeserializer(IndexedDeserializer):
         swapped: list[bool] = []
         samples_in: list[int] = []  # frames each file's header gives
         frames_in: list[int] = []  # frames each file really holds (fewer if it is truncated)
+        surplus_in: list[int] = []  # bytes each file holds past the frames its header gives (> 0: nSamples too small)
         reference: tuple[HTKHeader, str] | None = None
         bad: dict[int, str] = {}  # entry -> why it cannot be read (reported in SCP order below)
         for path_id in used.tolist():
@@ -347,6 +361,7 @@ class HTKFeatureDeserializer(IndexedDeserializer):
             swapped.append(header.big_endian != (sys.byteorder == "big"))
             samples_in.append(header.frames)
             frames_in.append(min(header.frames, max(0, (data_file.size - header.data_offset) // header.sample_size)))
+            surplus_in.append(data_file.size - header.data_offset - header.frames * header.sample_size)
         if reference is None:
             for i in sorted(bad):
                 self._bad(scp, i, bad[i])
@@ -369,13 +384,24 @@ class HTKFeatureDeserializer(IndexedDeserializer):
         past_end = usable & ~reversed_range & (ends >= samples[safe_ids])
         truncated = usable & ~reversed_range & ~past_end & (ends >= available[safe_ids])
         empty = unranged & (ends < starts)  # an unranged file without frames
-        for i in np.flatnonzero(reversed_range | past_end | truncated | empty).tolist():
+        surplus = np.array(surplus_in, dtype=np.int64)
+        # the whole file is read by its header's frame count: a file holding more data than that count says is
+        # damaged (or its header is), never read cut short
+        longer = unranged & ~empty & (surplus[safe_ids] > 0)
+        for i in np.flatnonzero(reversed_range | past_end | truncated | empty | longer).tolist():
             path = scp.paths[int(scp.path_ids[i])]
             n = int(samples[file_ids[i]])
             if reversed_range[i]:
                 reason = f"SCP range [{starts[i]},{ends[i]}] of '{path}': start > end"
             elif empty[i]:
                 reason = f"HTK file '{path}' holds no frame"
+            elif longer[i]:
+                claimed = n * self.header.sample_size
+                reason = (
+                    f"HTK file '{path}' holds {claimed + int(surplus[file_ids[i]])} bytes of frame data, more than "
+                    f"its header gives (nSamples {n} x sampleSize {self.header.sample_size} = {claimed} bytes): "
+                    f"read by its header it would be cut short; list it with a frame range to read part of it"
+                )
             elif past_end[i]:
                 reason = f"frame range [{starts[i]},{ends[i]}] is past the end of '{path}', which holds {n} frames"
             else:
@@ -384,7 +410,7 @@ class HTKFeatureDeserializer(IndexedDeserializer):
                     f"header says {n} frames, {int(available[file_ids[i]])} are there)"
                 )
             bad[i] = reason
-        keep &= ~(reversed_range | past_end | truncated | empty)
+        keep &= ~(reversed_range | past_end | truncated | empty | longer)
         lengths = ends - starts + 1
         if self.broadcast:
             for i in np.flatnonzero(keep & (lengths != 1)).tolist():
@@ -507,33 +533,38 @@ class HTKFeatureDeserializer(IndexedDeserializer):
         if offsets is None:
             offsets = np.concatenate(([0], np.cumsum(runs.frames)))
         files: list[DataFile] = []
+        first_sequences = runs.sequences[np.unique(local, return_index=True)[1]].tolist()  # of each file read
         try:
-            for file_id, run in zip(ids, np.unique(local, return_index=True)[1].tolist()):
-                files.append(self._acquire(file_id, int(runs.sequences[run])))
-            scale = bias = _NO_VECTORS
-            if self.header.compressed:  # each file's A/B vectors, read again with its header
-                headers = [read_header_at(f.fd, f.path) for f in files]
-                scale = np.stack([h.scale for h in headers])  # type: ignore[misc]
-                bias = np.stack([h.bias for h in headers])  # type: ignore[misc]
-            values, short = _native.htk_read(
-                np.array([f.fd for f in files], dtype=np.int32),
-                self._swap[used],
-                np.full(len(ids), self.header.data_offset, dtype=np.int64),
-                scale,
-                bias,
-                self.header.compressed,
-                self.frame_dim,
-                local.astype(np.int32),
-                runs.first_frames,
-                runs.frames,
-                offsets,
-                left,
-                right,
-                as_double,
-            )
+            for file_id, sequence in zip(ids, first_sequences):
+                files.append(self._acquire(file_id, sequence))
+            try:
+                scale = bias = _NO_VECTORS
+                if self.header.compressed:  # each file's A/B vectors, read again with its header
+                    headers = [read_header_at(f.fd, f.path) for f in files]
+                    scale = np.stack([h.scale for h in headers])  # type: ignore[misc]
+                    bias = np.stack([h.bias for h in headers])  # type: ignore[misc]
+                values, short = _native.htk_read(
+                    np.array([f.fd for f in files], dtype=np.int32),
+                    self._swap[used],
+                    np.full(len(ids), self.header.data_offset, dtype=np.int64),
+                    scale,
+                    bias,
+                    self.header.compressed,
+                    self.frame_dim,
+                    local.astype(np.int32),
+                    runs.first_frames,
+                    runs.frames,
+                    offsets,
+                    left,
+                    right,
+                    as_double,
+                )
+            finally:  # after the read (one fstat a file): a change before or during it is seen, and explains errors
+                for data_file, sequence in zip(files, first_sequences):
+                    self._check_unchanged(data_file, sequence)
         finally:
             self._files.release(ids[: len(files)])
-        if short is not None:  # cannot happen after the index checks unless the file changed under the same mtime
+        if short is not None:  # cannot happen after the index checks unless the file changed without a new ctime
             run, offset = short
             raise FormatError(
                 "truncated HTK file: it ended before the frames of this utterance",
@@ -545,6 +576,14 @@ class HTKFeatureDeserializer(IndexedDeserializer):
             )
         assert values is not None
         return values
+
+    def _check_unchanged(self, data_file: DataFile, sequence: int) -> None:
+        """Raises if an HTK file changed since it was indexed; the error names the first utterance read from it."""
+        try:
+            data_file.check_unchanged("indexed")
+        except FormatError as error:
+            key = self._index.keys.take(np.array([sequence]))[0]
+            raise FormatError(error.reason, dataclasses.replace(error.location, sequence_key=key)) from None
 
     def _acquire(self, file_id: int, sequence: int) -> DataFile:
         """An HTK file a chunk reads; errors name the first utterance read from it."""
