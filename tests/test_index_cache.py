@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import shutil
 import struct
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 from cntkio import CTFDeserializer, MinibatchSource, StreamDef, StreamDefs, _native
 
 STREAMS = StreamDefs(x=StreamDef(field="x", shape=2), y=StreamDef(field="y", shape=5, is_sparse=True))
+X = StreamDefs(x=StreamDef(field="x", shape=2))
 
 
 def write_ctf(path: Path, sequences: int, bad_line: bool = False) -> Path:
@@ -53,24 +55,85 @@ def test_the_second_open_uses_the_cache_and_reads_the_same(tmp_path: Path) -> No
         np.testing.assert_array_equal(got[2], fresh[2])
 
 
-def test_the_cache_is_what_the_index_comes_from(tmp_path: Path) -> None:
-    """Proof that the cache is used: the middle of the file rewritten with the same size, modification time, first
-    and last 64 KiB (what the cache checks) still reads with the cached sequence boundaries. (This is the
-    documented limit of the check; any other change is detected.)"""
-    data = write_ctf(tmp_path / "a.ctf", 6000)
-    text = data.read_bytes()
+def no_scan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Makes scanning a CTF file fail: an index can then only come from its cache."""
+
+    def scan(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the file was scanned, not read from its cache")
+
+    monkeypatch.setattr(_native, "ctf_index", scan)
+
+
+def test_the_cache_is_what_the_index_comes_from(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = write_ctf(tmp_path / "a.ctf", 200)
+    fresh = everything(CTFDeserializer(data, STREAMS, chunk_size_in_bytes=300))
+    CTFDeserializer(data, STREAMS, cache_index=True, chunk_size_in_bytes=300)
+    no_scan(monkeypatch)
+    cached = everything(CTFDeserializer(data, STREAMS, cache_index=True, chunk_size_in_bytes=300))
+    assert cached[0] == fresh[0]
+    np.testing.assert_array_equal(cached[1], fresh[1])
+
+
+def numbered_ctf(path: Path, sequences: int) -> Path:
+    """Sequence k holds one sample ``x = [k, k]``; every line has the same length (keys padded)."""
+    path.write_text("".join(f"{k:06d} |x {k:06d} {k:06d}\n" for k in range(sequences)))
+    return path
+
+
+def swap_lines_keeping_size_and_mtime(path: Path, first: int) -> None:
+    """Lines ``first`` and ``first + 1`` swapped in place, the modification time put back (``os.utime``)."""
+    info = path.stat()
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[first], lines[first + 1] = lines[first + 1], lines[first]
+    with path.open("r+b") as file:  # in place: the same inode
+        file.write(b"".join(lines))
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (info.st_size, info.st_mtime_ns, info.st_ino)
+
+
+def test_a_same_size_rewrite_with_the_mtime_put_back_is_indexed_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Lines in the middle (beyond the first and last 64 KiB) swapped, size and mtime kept: the change time tells,
+    so the cache is stale, and every key is delivered with its own values (never "key 10000 with x = 10001")."""
+    data = numbered_ctf(tmp_path / "a.ctf", 20_000)
+    CTFDeserializer(data, X, cache_index=True)
+    swap_lines_keeping_size_and_mtime(data, 10_000)
+    with caplog.at_level(logging.WARNING, logger="cntkio"):
+        reader = CTFDeserializer(data, X, cache_index=True)
+    assert "stale" in caplog.text and "change time" in caplog.text, caplog.text
+    source = MinibatchSource(reader, randomize=False, max_sweeps=1)
+    minibatch = source.next_minibatch(10**6)
+    keys = np.array([key for _, key in minibatch.sequence_keys])
+    np.testing.assert_array_equal(minibatch["x"].values[:, 0], keys)
+    assert keys[10_000] == 10_001
+
+
+def test_a_copied_file_rebuilds_its_cache_once_then_uses_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Data and cache copied elsewhere with their modification times (``shutil.copy2``): another inode, so the
+    cache is built again once (correct: nothing says the copy holds the same bytes), and used from then on."""
+    original = tmp_path / "original"
+    original.mkdir()
+    data = write_ctf(original / "a.ctf", 60)
     CTFDeserializer(data, STREAMS, cache_index=True)
-    stat = data.stat()
-    middle = len(text) // 2
-    changed = text[:middle] + text[middle:].replace(b"\n", b" ", 1)  # joins two lines in the middle
-    assert len(changed) == len(text) and middle > 70_000 and len(text) - middle > 70_000
-    data.write_bytes(changed)
-    os.utime(data, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    cached = CTFDeserializer(data, STREAMS, cache_index=True)
-    rescanned = CTFDeserializer(data, STREAMS)
-    assert cached.sequence_index().num_sequences != rescanned.sequence_index().num_sequences or (
-        cached.sequence_index().lengths.tolist() != rescanned.sequence_index().lengths.tolist()
-    )
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for path in (data, *caches(original)):
+        shutil.copy2(path, copy / path.name)
+    assert (copy / "a.ctf").stat().st_mtime_ns == data.stat().st_mtime_ns
+    with caplog.at_level(logging.WARNING, logger="cntkio"):
+        CTFDeserializer(copy / "a.ctf", STREAMS, cache_index=True)
+    assert "stale" in caplog.text and "inode" in caplog.text, caplog.text
+    caplog.clear()
+    no_scan(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="cntkio"):
+        again = CTFDeserializer(copy / "a.ctf", STREAMS, cache_index=True)
+        original_again = CTFDeserializer(data, STREAMS, cache_index=True)
+    assert not caplog.records
+    assert everything(again)[0] == everything(original_again)[0]
 
 
 @pytest.mark.parametrize("damage", ["bit flip", "truncated", "empty", "other version", "garbage"])

@@ -2,12 +2,18 @@
 next open instead of scanning the file again — CNTK's ``cacheIndex`` done so that it can be trusted.
 
 A cache file holds the index arrays and a few scalars, with a header naming the format version, the index kind and
-the options that shape the index, and the identity of the data file it was built from: size, modification time
-and CRC-32C checksums of its first and last 64 KiB. It ends with a CRC-32C (hardware) of everything before. A cache
-is used only when all of that matches; otherwise (stale, corrupt, truncated, another version or other options) the index
-is built again with a warning and the cache rewritten. Writing is atomic (a temporary file in the same directory,
-flushed, then renamed over the old one), so a reader never sees a half-written cache and concurrent writers leave
-one complete file. Caches go next to the data file (``<data file>.<options digest>.cntkio-index``), or into
+the options that shape the index, and the identity of the data file it was built from: inode, size, modification
+time, change time (ctime) and CRC-32C checksums of its first and last 64 KiB. It ends with a CRC-32C (hardware) of
+everything before. A cache is used only when all of that matches; otherwise (stale, corrupt, truncated, another
+version or other options) the index is built again with a warning and the cache rewritten.
+
+The change time and the inode are what a user cannot set back (:class:`~cntkio.formats.data_file.FileIdentity`,
+as git's index uses them): a file rewritten in place with its size and modification time put back has a new
+ctime, a copied or restored one a new inode, and its cache is built again once (then used again). The device is
+left out: one file on shared storage has other device numbers on other machines, which share its cache.
+
+Writing is atomic (a temporary file in the same directory, flushed, then renamed over the old one), so a reader
+never sees a half-written cache and concurrent writers leave one complete file. Caches go next to the data file (``<data file>.<options digest>.cntkio-index``), or into
 ``index_cache_dir`` (for read-only data), named after the data file's absolute path. A cache that cannot be
 written (read-only directory, full disk) is a warning, never an error.
 
@@ -78,13 +84,17 @@ class IndexCache:
 
     # --- identity of the data ----------------------------------------------------------------------------------
     def _identity(self) -> dict[str, Any]:
-        """Size, modification time and checksums of the first and last bytes of the data file as opened."""
-        size = self.data_file.size
+        """Inode, size, modification and change times, and checksums of the first and last bytes of the data file
+        as opened."""
+        identity = self.data_file.identity
+        size = identity.size
         head = os.pread(self.data_file.fd, min(PROBE_BYTES, size), 0)
         tail = os.pread(self.data_file.fd, min(PROBE_BYTES, size), max(0, size - PROBE_BYTES))
         return {
+            "inode": identity.inode,
             "size": size,
-            "mtime_ns": self.data_file.identity[3],
+            "mtime_ns": identity.mtime_ns,
+            "ctime_ns": identity.ctime_ns,
             "head": _native.crc32c(head),
             "tail": _native.crc32c(tail),
         }
@@ -134,8 +144,10 @@ class IndexCache:
             raise _Unusable("corrupt (header)") from None
         if header.get("kind") != self.kind or header.get("options") != self.options:
             raise _Unusable("for other options")
-        if header.get("data") != self._identity():
-            raise _Unusable("stale (the data file changed since it was written)")
+        written, now = header.get("data"), self._identity()
+        if written != now:
+            differ = [_WHAT[key] for key in _WHAT if not isinstance(written, dict) or written.get(key) != now[key]]
+            raise _Unusable(f"stale (the data file's {', '.join(differ)} differ from when it was written)")
         index: dict[str, Any] = dict(header.get("scalars", {}))
         for entry in header.get("arrays", []):
             dtype, shape = np.dtype(entry["dtype"]), entry["shape"]
@@ -211,6 +223,16 @@ class IndexCache:
             if temporary is not None:
                 with contextlib.suppress(OSError):
                     os.unlink(temporary)
+
+
+_WHAT = {
+    "inode": "inode (a copied, restored or replaced file)",
+    "size": "size",
+    "mtime_ns": "modification time",
+    "ctime_ns": "change time (ctime: rewritten, or its permissions or name changed)",
+    "head": "first 64 KiB",
+    "tail": "last 64 KiB",
+}  # the data file's identity in a cache header, in words
 
 
 class _Unusable(Exception):

@@ -1,20 +1,66 @@
-"""A data file a deserializer keeps open and reads by offset (``pread``), checked for in-place changes."""
+"""A data file a deserializer keeps open and reads by offset (``pread``), checked for in-place changes; and
+:class:`FileIdentity`, what every file-backed format (and the index cache) compares to tell a file's bytes
+from what they were when it was indexed."""
 
 from __future__ import annotations
 
 import os
 import stat
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import FormatError, Location
 
 
+class FileIdentity(NamedTuple):
+    """What tells a file's bytes apart from what they were: device, inode, size, modification time and change
+    time (ctime), in nanoseconds, from one ``stat``.
+
+    The modification time alone does not: anyone can put it back (``os.utime``, ``touch -d``, ``rsync
+    --inplace -t``) after rewriting the file with the same size. The change time is set by the kernel on every
+    write (and chmod, chown, rename or link) and cannot be set back; the inode changes when the file is replaced
+    or copied. So, as git's index does, a file is taken as unchanged only when all of them are: a copy or a
+    restored file counts as changed (its index is built again once), never the other way round.
+    """
+
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+    @classmethod
+    def of(cls, info: os.stat_result) -> FileIdentity:
+        return cls(info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+    @classmethod
+    def of_path(cls, path: str | os.PathLike[str]) -> FileIdentity:
+        return cls.of(os.stat(path))
+
+    def changes(self, now: FileIdentity) -> list[str]:
+        """What differs in ``now`` (empty when nothing does), in words, for error messages."""
+        found = []
+        if (now.device, now.inode) != (self.device, self.inode):
+            found.append(f"another file (inode {self.inode} -> {now.inode}: replaced, copied or restored)")
+        if now.size != self.size:
+            found.append(f"size {self.size} -> {now.size} bytes")
+        if now.mtime_ns != self.mtime_ns:
+            found.append("a new modification time")
+        if now.ctime_ns != self.ctime_ns:
+            found.append(
+                "a new change time (ctime)" if len(found) > 0 else
+                "a new change time (ctime) with the same size and modification time: rewritten in place with the "
+                "modification time put back, or its permissions, owner or name changed"
+            )  # fmt: skip
+        return found
+
+
 class DataFile:
-    """An open regular file: ``fd``, ``size`` and its identity (device, inode, size, modification time).
+    """An open regular file: ``fd``, ``size`` and its :class:`FileIdentity` when it was opened (``identity``).
 
     FIFOs, devices and directories are refused (data is read by offset); an empty file is an error unless
-    ``allow_empty``. A file replaced or deleted while open keeps being read as it was; one rewritten in place is
-    detected by :meth:`check_unchanged`.
+    ``allow_empty``. A file replaced or deleted while open keeps being read as it was (the open file still holds
+    the indexed bytes); one rewritten in place is detected by :meth:`check_unchanged`, even with its size and
+    modification time kept.
     """
 
     def __init__(self, path: str, kind: str, *, allow_empty: bool = False):
@@ -41,23 +87,33 @@ class DataFile:
             raise FormatError("input file is empty", Location(path, 0, 1, 1))
         self.fd = fd
         self.size = info.st_size
-        self.identity = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+        self.identity = FileIdentity.of(info)
 
-    def check_unchanged(self, since: str) -> None:
-        """Raises if the file's size or modification time changed (it was rewritten in place)."""
+    def require_open(self) -> None:
+        """Raises ``ValueError`` once the file is closed (before a read, which would otherwise fail on a bad fd)."""
         if self.fd < 0:
             raise ValueError(f"{self.path}: the deserializer is closed")
+
+    def check_unchanged(self, since: str) -> None:
+        """Raises a :class:`FormatError` naming the file and what changed if it is not as it was opened: its size,
+        modification or change time (one ``fstat``). Called once per chunk read, after the read (a change made
+        before or during it is seen). A file deleted or replaced (renamed over) while open is still read as it
+        was: the change time its unlinking set, with the size and modification time kept, is not a change.
+        """
+        self.require_open()
         info = os.fstat(self.fd)
-        if (info.st_size, info.st_mtime_ns) != self.identity[2:]:
-            raise FormatError(
-                f"the file changed since it was {since} (size {self.identity[2]} -> {info.st_size} bytes or a new "
-                "modification time); reopen it to read the new contents",
-                Location(self.path, min(info.st_size, self.identity[2])),
-            )
+        now = FileIdentity.of(info)
+        if now == self.identity or (info.st_nlink == 0 and now[:4] == self.identity[:4]):
+            return
+        raise FormatError(
+            f"the file changed since it was {since} ({'; '.join(self.identity.changes(now))}); reopen it to read "
+            "the new contents",
+            Location(self.path, min(info.st_size, self.identity.size)),
+        )
 
     def fingerprint(self) -> list[Any]:
         """Name, size and modification time: what identifies the data in a checkpoint."""
-        return [os.path.basename(self.path), self.identity[2], self.identity[3]]
+        return [os.path.basename(self.path), self.identity.size, self.identity.mtime_ns]
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -90,20 +146,31 @@ class FileBacked:
         return (reopen, (type(self), args, kwargs, identities(self.data_files)))
 
 
-def identities(files: list[DataFile]) -> list[tuple[int, int]]:
-    """Sizes and modification times of files, as :func:`reopen` checks them."""
-    return [(f.identity[2], f.identity[3]) for f in files]
+def identities(files: list[DataFile]) -> list[FileIdentity]:
+    """The files' identities when they were opened, as :func:`reopen` checks them."""
+    return [f.identity for f in files]
 
 
-def reopen(cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any], expected: list[tuple[int, int]]) -> Any:
+def changes_since_pickled(then: FileIdentity, now: FileIdentity) -> list[str]:
+    """What differs between a file as a pickled deserializer had it open (``then``) and as its copy opened it
+    (``now``): everything, change time included, when it is the same file (device and inode); size and
+    modification time when it is another one (a copy where the deserializer was unpickled, say another node's)."""
+    if (now.device, now.inode) != (then.device, then.inode):
+        now = now._replace(device=then.device, inode=then.inode, ctime_ns=then.ctime_ns)
+    return then.changes(now)
+
+
+def reopen(cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any], expected: list[FileIdentity]) -> Any:
     """Unpickles a file deserializer (one with ``data_files``): opens (and indexes) its files again, refusing
     any that changed since it was pickled (other data under the same name)."""
     reader = cls(*args, **kwargs)
     for file, identity in zip(reader.data_files, expected):
-        if (file.identity[2], file.identity[3]) != tuple(identity):
+        changes = changes_since_pickled(FileIdentity(*identity), file.identity)
+        if changes:
             reader.close()
             raise FormatError(
-                "the file changed since the deserializer was pickled; build a new one to read the new contents",
+                f"the file changed since the deserializer was pickled ({'; '.join(changes)}); build a new one to "
+                "read the new contents",
                 Location(file.path, 0),
             )
     return reader
