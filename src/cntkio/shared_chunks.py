@@ -14,6 +14,10 @@ whose parse counted errors is not shared either: each worker parses it and count
 Files are removed by their claimant once every worker has passed the minibatch from which on the claimant's
 reader no longer needed the chunk (each worker publishes the minibatch it is at), and what is left when the
 last worker ends an epoch goes with the epoch's directory.
+
+Everything lives in the job's private directory (:func:`cntkio.shm.job_directory`: ``chunks-e<epoch>/`` and the
+``positions`` table), which no other user can enter: a file another user planted at a name it saw or guessed is
+never read, mapped or written through.
 """
 
 from __future__ import annotations
@@ -26,7 +30,6 @@ import mmap
 import os
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -51,19 +54,23 @@ class ChunkExchange:
         job: the dataset's shared-memory name (:func:`cntkio.shm.job_name`).
         epoch, worker, workers: which epoch this worker reads, and its place among the workers.
         corpus: identifies the data and configuration (workers whose sources differ do not share).
+
+    Raises :class:`cntkio.shm.NotPrivate` when something other than a private directory of this user is found where
+    the job's directory, or the epoch's, belongs.
     """
 
     def __init__(self, job: str, epoch: int, worker: int, workers: int, corpus: str):
         if not 0 <= worker < workers <= MAX_WORKERS:
             raise ValueError(f"worker {worker} of {workers}")
         self.worker, self.workers, self.epoch = worker, workers, epoch
-        self.directory = shm.SHM_DIR / f"{job}-chunks-e{epoch}"
+        root = shm.job_directory(job)
+        self.directory = root / f"chunks-e{epoch}"
         self.corpus = corpus
-        for stale in shm.SHM_DIR.glob(f"{job}-chunks-e*"):  # earlier epochs: no worker reads them any more
+        for stale in root.glob("chunks-e*"):  # earlier epochs: no worker reads them any more
             if stale != self.directory:
                 shm.unlink(str(stale))
-        self.directory.mkdir(exist_ok=True)
-        self.positions = _positions(f"{shm.SHM_DIR}/{job}-positions")
+        shm.private_directory(self.directory)
+        self.positions = _positions(str(root / "positions"))
         self._pending: list[tuple[int, str, int]] = []  # (position it was released at, file, inode)
         self._mine: dict[str, int] = {}  # file -> inode of the chunks this worker published
         self._lock = threading.Lock()
@@ -99,7 +106,7 @@ class ChunkExchange:
                 with contextlib.suppress(FileNotFoundError):
                     if inode == _LOCAL:
                         shm.unlink(path + ".local")
-                    elif os.stat(path).st_ino == inode:  # (not a later copy published by another worker)
+                    elif os.lstat(path).st_ino == inode:  # (not a later copy published by another worker)
                         shm.unlink(path)
                     else:
                         continue
@@ -120,10 +127,10 @@ class ChunkExchange:
         while True:
             with contextlib.suppress(FileNotFoundError):
                 return _read(path)
-            if os.path.exists(path + ".local"):  # its parse counted errors: every worker counts them itself
+            if os.path.lexists(path + ".local"):  # its parse counted errors: every worker counts them itself
                 return parse()
             try:  # the claim: an exclusive lock on <path>.claim while parsing (the kernel drops it if we die)
-                claim = os.open(path + ".claim", os.O_RDWR | os.O_CREAT, 0o600)
+                claim = os.open(path + ".claim", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             except FileNotFoundError:  # the directory is gone (another epoch began): no sharing
                 return parse()
             try:
@@ -134,7 +141,7 @@ class ChunkExchange:
                         return None
                     fcntl.flock(claim, fcntl.LOCK_SH)  # until it has published it (or died)
                     continue
-                if os.path.exists(path) or os.path.exists(path + ".local"):  # published meanwhile
+                if os.path.lexists(path) or os.path.lexists(path + ".local"):  # published meanwhile
                     continue
                 return self._parse_and_publish(path, parse)
             finally:
@@ -149,7 +156,7 @@ class ChunkExchange:
         except OSError:  # /dev/shm full: the others parse it themselves
             pass
         with contextlib.suppress(OSError):
-            Path(path + ".local").touch()
+            os.close(os.open(path + ".local", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
         self._mine[path] = _LOCAL
         return data
 
@@ -216,7 +223,7 @@ def _publish(path: str, data: Chunk) -> int:
     start = -(-(8 + len(text)) // _ALIGN) * _ALIGN
     pieces = [len(text).to_bytes(8, "little") + text + bytes(start - 8 - len(text)), *pieces]
     temporary = f"{path}.{os.getpid()}.{threading.get_ident()}"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         try:
             _write_all(fd, [piece for piece in pieces if len(piece)])

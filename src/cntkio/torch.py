@@ -469,6 +469,9 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
         identity = hashlib.sha256(json.dumps([source._fingerprint(), streams], default=str).encode()).hexdigest()
         try:
             exchange = ChunkExchange(shm.job_name(*self._job), epoch, worker, workers, identity[:16])
+        except shm.NotPrivate as error:  # another user's doing: nothing found there is used
+            warnings.warn(f"loader workers parse their chunks each: {error}", RuntimeWarning, stacklevel=2)
+            return None
         except (OSError, ValueError):
             return None
         source._share_chunks(exchange)
