@@ -15,6 +15,7 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import traceback
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
@@ -23,6 +24,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 from cntkio import DenseStream, shm
@@ -342,6 +345,51 @@ def test_dead_jobs_clean_up_removes_only_this_users_files_and_follows_no_symlink
         assert (victim / "data").read_bytes() == b"keep"
     finally:
         remove_all(f"cntkio-{dead}-")
+
+
+Entry = tuple[bool, str, bool, bool, bool]  # (this user's, kind, its job's process alive, old, what is in it old)
+
+
+def _make(entries: list[tuple[str, str, bool, bool]], victim: str) -> None:
+    """Makes entries (path, kind: "file", "directory" or "symlink" to ``victim``, old, what is inside old)."""
+    for path, kind, old, inside_old in entries:
+        if kind == "directory":
+            os.mkdir(path, 0o700)
+            Path(path, "positions").write_bytes(b"x")
+            if inside_old:
+                os.utime(Path(path, "positions"), (0, 1))
+        elif kind == "file":
+            Path(path).write_bytes(b"x")
+        else:
+            os.symlink(victim, path)
+        if old:
+            os.utime(path, (0, 1), follow_symlinks=False)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(entries=st.lists(st.tuples(st.booleans(), st.sampled_from(["file", "directory", "symlink"]), st.booleans(),
+                                  st.booleans(), st.booleans()), max_size=8))  # fmt: skip
+def test_dead_jobs_clean_up_removes_just_this_users_old_entries_of_dead_jobs(
+    entries: list[Entry], tmp_path: Path
+) -> None:
+    dead = _dead_pid()
+    victim = tempfile.mkdtemp(dir=tmp_path)
+    Path(victim, "data").write_bytes(b"keep")
+    os.chmod(victim, 0o755)
+    paths = [f"{shm.SHM_DIR}/cntkio-{os.getpid() if alive else dead}-{number:012x}"
+             for number, (_, _, alive, _, _) in enumerate(entries)]  # fmt: skip
+    made = [(path, kind, old, inside_old) for path, (_, kind, _, old, inside_old) in zip(paths, entries)]
+    try:
+        as_nobody(_make, [what for what, entry in zip(made, entries) if not entry[0]], victim)
+        _make([what for what, entry in zip(made, entries) if entry[0]], victim)
+        shm.remove_stale()
+        for path, (mine, kind, alive, old, inside_old) in zip(paths, entries):
+            removed = mine and not alive and old and (inside_old or kind != "directory")
+            assert os.path.lexists(path) != removed, (path, mine, kind, alive, old, inside_old)
+        assert Path(victim, "data").read_bytes() == b"keep"
+    finally:
+        for path in paths:
+            remove_all(Path(path).name)
 
 
 def test_a_dead_job_still_in_use_somewhere_is_left_alone(tmp_path: Path) -> None:
