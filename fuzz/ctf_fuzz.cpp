@@ -38,7 +38,7 @@ void same_result(const ParseResult<T>& a, const ParseResult<T>& b) {
     const ErrorRecord& x = a.errors[i];
     const ErrorRecord& y = b.errors[i];
     check(x.offset == y.offset && x.kind == y.kind && x.stream == y.stream && x.sequence == y.sequence);
-    check(x.line == y.line && x.column == y.column && x.byte == y.byte);
+    check(x.line == y.line && x.column == y.column && x.byte == y.byte && x.record == y.record && x.end == y.end);
   }
   check(a.stats.padded_samples == b.stats.padded_samples && a.stats.unknown_inputs == b.stats.unknown_inputs);
   check(a.stats.first_padded_offset == b.stats.first_padded_offset && a.stats.first_padded_line == b.stats.first_padded_line);
@@ -73,7 +73,10 @@ void parse_chunks(int fd, const IndexResult& index, const ParseOptions& options)
         check(stream.values.size() >= static_cast<size_t>(stream.samples) * options.aliases[s].dim);
       }
     }
-    for (const ErrorRecord& e : r.errors) check(e.offset >= start && e.offset <= end && e.line >= 1 && e.column >= 1);
+    for (const ErrorRecord& e : r.errors) {
+      check(e.offset >= start && e.offset <= end && e.line >= 1 && e.column >= 1);
+      check(e.record == index.offsets[a + e.sequence] && e.end == index.ends[a + e.sequence]);
+    }
     // read and parsed in runs on threads of their own (tiny runs allowed), joined: exactly the same result
     const std::vector<int64_t> lengths(index.lengths.begin() + a, index.lengths.begin() + b);
     const ParseResult<T> runs = parse_file_range<T>(fd, start, end - start, index.chunk_first_lines[c], starts.data(),
@@ -102,7 +105,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     halves.threads = 3;
     halves.parallel_min_bytes = 0;
     const IndexResult split = index_file(fd, static_cast<int64_t>(size), halves);
-    check(split.fatal == index.fatal && split.fatal_line == index.fatal_line);
+    check(split.fatal == index.fatal && split.fatal_line == index.fatal_line && split.fatal_offset == index.fatal_offset);
     check(split.offsets == index.offsets && split.ends == index.ends && split.lengths == index.lengths);
     check(split.keys == index.keys && split.key_blob == index.key_blob && split.key_offsets == index.key_offsets);
     check(split.chunk_starts == index.chunk_starts && split.chunk_first_lines == index.chunk_first_lines);

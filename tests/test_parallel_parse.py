@@ -75,11 +75,12 @@ def test_the_native_call_reports_errors_with_the_same_locations(tmp_path: Path) 
         _native.ctf_parse(fd, start, end, 0, starts - start, ends - start, mode, reader._aliases, False, True, threads)
         for threads in (1, 2, 4)
     ]
+    columns = ("offset", "kind", "stream", "sequence", "line", "column", "byte", "record", "end")
     for _, errors, stats in results[1:]:
         assert stats == results[0][2]
-        for column in results[0][1]:
-            np.testing.assert_array_equal(errors[column], results[0][1][column])
-    assert len(results[0][1]["offset"]) > 0 and results[0][2]["unknown_inputs"] > 0
+        for column in columns:
+            np.testing.assert_array_equal(getattr(errors, column), getattr(results[0][1], column))
+    assert len(results[0][1]) > 0 and results[0][2]["unknown_inputs"] > 0
 
 
 def test_a_source_without_parse_threads_uses_the_cores_for_each_chunk(tmp_path: Path) -> None:

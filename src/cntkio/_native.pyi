@@ -7,6 +7,22 @@ import numpy as np
 
 class ShortRead(EOFError): ...
 
+class CtfErrors:
+    """Counted errors of a CTF index or parse, a read-only column per field."""
+
+    offset: np.ndarray
+    kind: np.ndarray
+    stream: np.ndarray
+    sequence: np.ndarray
+    line: np.ndarray
+    column: np.ndarray
+    byte: np.ndarray
+    record: np.ndarray
+    end: np.ndarray
+    key_blob: np.ndarray
+    key_offsets: np.ndarray
+    def __len__(self) -> int: ...
+
 def ctf_index(
     fd: int,
     size: int,
@@ -33,7 +49,7 @@ def ctf_parse(
     sort_sparse: bool,
     threads: int = ...,
     lengths: np.ndarray | None = ...,
-) -> tuple[list[tuple[np.ndarray, ...]], dict[str, np.ndarray], dict[str, int]]: ...
+) -> tuple[list[tuple[np.ndarray, ...]], CtfErrors, dict[str, int]]: ...
 def compat_block_order(
     units_per_chunk: list[int], samples_per_chunk: list[int], window: int, sample_window: bool, seed: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]: ...

@@ -1,15 +1,10 @@
-"""Structured errors and the error budget (``max_errors``) shared by all deserializers."""
+"""Structured errors shared by all deserializers (the ``max_errors`` ledger: :mod:`cntkio.error_ledger`)."""
 
 from __future__ import annotations
 
-import logging
-import threading
-from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from .keys import shorten
-
-logger = logging.getLogger("cntkio")
 
 
 class CNTKIOError(Exception):
@@ -74,43 +69,3 @@ class MaxErrorsExceeded(FormatError):
             f"Reached the maximum number of allowed errors while reading the input file "
             f"({error.location.file}) (max_errors={max_errors}): {error}",
         )
-
-
-class ErrorBudget:
-    """Counts distinct bad records against ``max_errors``; thread-safe.
-
-    Each record is identified by a key (e.g. file offset and kind), so re-reading a chunk in a later
-    sweep does not count its errors again. With ``count_repeats`` (CNTK compat) every occurrence counts.
-    """
-
-    def __init__(self, max_errors: int, trace_level: int = 1, count_repeats: bool = False):
-        if max_errors < 0:
-            raise ConfigError(f"max_errors must be >= 0, got {max_errors}")
-        self.max_errors = max_errors
-        self.trace_level = trace_level
-        self.count_repeats = count_repeats
-        self._seen: set[Hashable] = set()
-        self._count = 0
-        self._lock = threading.Lock()
-        self.errors: list[FormatError] = []
-
-    @property
-    def count(self) -> int:
-        """Number of errors counted so far."""
-        return self._count
-
-    def add(self, key: Hashable, make_error: Callable[[], FormatError]) -> None:
-        """Counts the error identified by ``key``; ``make_error()`` builds it when it is new."""
-        with self._lock:
-            if key in self._seen and not self.count_repeats:
-                return
-            error = make_error()
-            if self._count >= self.max_errors:
-                raise MaxErrorsExceeded(error, self.max_errors)
-            self._seen.add(key)
-            self._count += 1
-            self.errors.append(error)
-        if self.trace_level >= 1:
-            logger.warning("skipped bad record (%d of max_errors=%d): %s", self._count, self.max_errors, error)
-        elif self._count == 1:
-            logger.warning("skipping bad records (max_errors=%d); set trace_level >= 1 to see each", self.max_errors)

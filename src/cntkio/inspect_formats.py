@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from .deserializer import Deserializer
-from .errors import ErrorBudget, FormatError, Location
+from .error_ledger import ErrorLedger
+from .errors import FormatError, Location
 from .formats.cbf import CBFDeserializer
 from .formats.htk_features import HTKFeatureDeserializer
 from .formats.image_map import (
@@ -62,7 +63,7 @@ def inspect_deserializer(
         for info in reader.stream_infos()
     ]
     budget = getattr(reader, "errors", None)
-    if isinstance(budget, ErrorBudget):
+    if isinstance(budget, ErrorLedger):
         budget.max_errors = sys.maxsize  # every bad record is listed, none raises
     scan = ChunkScan(reader, report, preview)
     chunks = reader.num_chunks()
@@ -73,7 +74,7 @@ def inspect_deserializer(
             report.fatal = None
         if progress is not None:
             progress("reading", chunk_id + 1, chunks)
-    if isinstance(budget, ErrorBudget):
+    if isinstance(budget, ErrorLedger):
         errors += budget.errors
     errors += [entry.error() for entry in getattr(reader, "invalid", [])]
     report.errors = errors

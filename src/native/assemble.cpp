@@ -9,6 +9,12 @@ namespace cntkio::assemble {
 
 namespace {
 
+// memcpy of `bytes` bytes; nothing when there are none (an empty array's pointer may be null, and memcpy must not
+// be given a null pointer even for 0 bytes).
+inline void copy_bytes(void* to, const void* from, size_t bytes) {
+  if (bytes != 0) std::memcpy(to, from, bytes);
+}
+
 constexpr int64_t kPrefetch = 8;  // units ahead whose rows are prefetched
 constexpr uint8_t kUnusable = 2;  // Chunk::bad: a sequence without usable data (dropped in every mode)
 
@@ -344,24 +350,24 @@ GatherResult Store::gather(const Request& request) const {
         const int64_t row_bytes = width * itemsize;
         for (int64_t r = 0; r < count; ++r) {
           if (sparse) {
-            std::memcpy(out.values.data() + entry_at * itemsize, c.values + a * itemsize, static_cast<size_t>((b - a) * itemsize));
-            std::memcpy(out.indices.data() + entry_at, c.indices + a, static_cast<size_t>(b - a) * sizeof(int32_t));
+            copy_bytes(out.values.data() + entry_at * itemsize, c.values + a * itemsize, static_cast<size_t>((b - a) * itemsize));
+            copy_bytes(out.indices.data() + entry_at, c.indices + a, static_cast<size_t>(b - a) * sizeof(int32_t));
             entry_at += b - a;
             out.indptr[sample_at + r + 1] = entry_at;
           } else {
-            std::memcpy(out.values.data() + (sample_at + r) * row_bytes, c.values + sample * row_bytes,
+            copy_bytes(out.values.data() + (sample_at + r) * row_bytes, c.values + sample * row_bytes,
                         static_cast<size_t>(row_bytes));
           }
         }
       } else if (sparse) {
         const int64_t a = entry_of(c, sample), b = entry_of(c, sample + count);
-        std::memcpy(out.values.data() + entry_at * itemsize, c.values + a * itemsize, static_cast<size_t>((b - a) * itemsize));
-        std::memcpy(out.indices.data() + entry_at, c.indices + a, static_cast<size_t>(b - a) * sizeof(int32_t));
+        copy_bytes(out.values.data() + entry_at * itemsize, c.values + a * itemsize, static_cast<size_t>((b - a) * itemsize));
+        copy_bytes(out.indices.data() + entry_at, c.indices + a, static_cast<size_t>(b - a) * sizeof(int32_t));
         for (int64_t r = 0; r < count; ++r) out.indptr[sample_at + r + 1] = entry_at + (entry_of(c, sample + r + 1) - a);
         entry_at += b - a;
       } else {
         const int64_t row_bytes = width * itemsize;
-        std::memcpy(out.values.data() + sample_at * row_bytes, c.values + sample * row_bytes,
+        copy_bytes(out.values.data() + sample_at * row_bytes, c.values + sample * row_bytes,
                     static_cast<size_t>(count * row_bytes));
       }
       sample_at += count;

@@ -211,6 +211,7 @@ class ChunkReader {
   // Copies the next `bytes` bytes into `out`.
   void read(char* out, int64_t bytes, const char* what) {
     if (bytes < 0 || bytes > remaining()) throw error(std::string("the data ends inside ") + what);
+    if (bytes == 0) return;  // `out` may be the data() of an empty vector (null): memcpy must not see it
     const int64_t buffered = std::min(bytes, filled_ - at_);
     std::memcpy(out, buffer_ + at_, static_cast<size_t>(buffered));
     at_ += buffered;

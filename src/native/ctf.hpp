@@ -42,6 +42,8 @@ struct ErrorRecord {
   int64_t line = 0;     // 1-based line
   int64_t column = 0;   // 1-based column (bytes)
   int32_t byte = -1;    // the byte at the offset (-1: end of the data)
+  int64_t record = -1;  // the bad record (the sequence, which is dropped): its bytes [record, end) in the file
+  int64_t end = -1;
 };
 
 struct Alias {

@@ -401,8 +401,8 @@ class Indexer {
     return result_.mode == IdMode::text ? open_.text_key : std::to_string(open_.key);
   }
 
-  void error(int32_t kind, int32_t stream) {
-    result_.errors.push_back({open_.offset, kind, stream, -1, open_.first_line + 1, 1});
+  void error(int32_t kind, int32_t stream, int64_t end_offset) {
+    result_.errors.push_back({open_.offset, kind, stream, -1, open_.first_line + 1, 1, -1, open_.offset, end_offset});
     result_.error_keys.push_back(key_text());
   }
 
@@ -426,13 +426,13 @@ class Indexer {
       if (options_.require_all_inputs) {
         for (size_t i = 0; i < counts_.size(); ++i) {
           if (counts_[i] == 0) {
-            error(kMissingInput, static_cast<int32_t>(i));
+            error(kMissingInput, static_cast<int32_t>(i), end_offset);
             valid = false;
           }
         }
       }
       if (length == 0 && valid) {
-        error(kMissingInput, -1);
+        error(kMissingInput, -1, end_offset);
         valid = false;
       }
       if (valid) {
@@ -555,12 +555,27 @@ std::vector<int64_t> find_splits(int fd, int64_t begin, int64_t size, IdMode mod
   return splits;
 }
 
+// A failed index holds its fatal error, the counted errors before it, the id mode and the first data byte; not the
+// columns, chunks and counts a pass had reached (which depend on how the file was split among threads).
+IndexResult failed(IndexResult&& partial) {
+  IndexResult result;
+  result.mode = partial.mode;
+  result.begin = partial.begin;
+  result.errors = std::move(partial.errors);
+  result.error_keys = std::move(partial.error_keys);
+  result.fatal = std::move(partial.fatal);
+  result.fatal_offset = partial.fatal_offset;
+  result.fatal_line = partial.fatal_line;
+  result.fatal_column = partial.fatal_column;
+  return result;
+}
+
 }  // namespace
 
 IndexResult index_file(int fd, int64_t size, const IndexOptions& options) {
   Indexer head(options);
   int64_t begin = 0, first_line = 0;
-  if (!head.preamble(fd, size, begin, first_line)) return head.take_result();
+  if (!head.preamble(fd, size, begin, first_line)) return failed(head.take_result());
   const IdMode mode = head.mode();
   const int parts = static_cast<int>(std::min<int64_t>(options.threads, (size - begin) / std::max<int64_t>(options.parallel_min_bytes / 2, 1)));
   const std::vector<int64_t> splits = parts > 1 ? find_splits(fd, begin, size, mode, parts) : std::vector<int64_t>{};
@@ -576,14 +591,15 @@ IndexResult index_file(int fd, int64_t size, const IndexOptions& options) {
       ok[k] = tails[k - 1].scan(fd, splits[k - 1], to, 0, mode, false);
     }
   });
-  if (!ok[0]) return head.take_result();
+  if (!ok[0]) return failed(head.take_result());
   int64_t scanned = head.bytes_read;
   for (size_t k = 0; k < tails.size(); ++k) scanned += ok[k + 1] ? tails[k].bytes_read : 0;
   IndexResult result = tails.empty() ? head.finalize() : head.merge(tails);
-  if (!result.fatal.empty()) return result;
+  if (!result.fatal.empty()) return failed(std::move(result));
   if (begin + scanned != size) {
     result.fatal = "the file changed while it was indexed (its size is not what it was)";
     result.fatal_offset = begin + scanned;
+    return failed(std::move(result));
   }
   return result;
 }

@@ -34,6 +34,8 @@ class Parser {
   // '\n'), so the scanning loops below stop at it without checking bounds.
   ParseResult<T> run(const int64_t* starts, const int64_t* ends, int64_t n, int64_t first_line, const Reservation* room) {
     reserve(room != nullptr ? *room : count_rows(starts, ends, n));
+    starts_ = starts;
+    ends_ = ends;
     for (sequence_ = 0; sequence_ < n; ++sequence_) {
       const char* p = data_ + starts[sequence_];
       const char* end = data_ + ends[sequence_];
@@ -307,7 +309,8 @@ class Parser {
   }
 
   void fail(ErrorKind kind, const char* at, int stream) {
-    result_.errors.push_back({base_ + (at - data_), kind, stream, sequence_});
+    result_.errors.push_back({base_ + (at - data_), kind, stream, sequence_, 0, 0, -1, base_ + starts_[sequence_],
+                              base_ + ends_[sequence_]});
   }
 
   void note(int64_t& count, int64_t& first_offset, const char* at) {
@@ -322,6 +325,8 @@ class Parser {
   std::vector<int64_t> row_mark_;  // row id on which each stream was last seen
   int64_t row_id_ = 0;
   int64_t sequence_ = 0;
+  const int64_t* starts_ = nullptr;  // the sequences' byte ranges (relative to data_)
+  const int64_t* ends_ = nullptr;
   ParseResult<T> result_;
 };
 

@@ -60,27 +60,41 @@ std::vector<Alias> to_aliases(const std::vector<AliasSpec>& specs) {
   return aliases;
 }
 
-nb::dict errors_to_dict(std::vector<ErrorRecord>&& errors) {
-  std::vector<int64_t> offsets, sequences, lines, columns;
-  std::vector<int32_t> kinds, streams, bytes;
-  for (const ErrorRecord& e : errors) {
-    offsets.push_back(e.offset);
-    kinds.push_back(e.kind);
-    streams.push_back(e.stream);
-    sequences.push_back(e.sequence);
-    lines.push_back(e.line);
-    columns.push_back(e.column);
-    bytes.push_back(e.byte);
+// The counted errors of a CTF index or parse, a column per field (cntkio._native.CtfErrors): what the error ledger
+// keeps, with no Python object per error. `record`/`end`: the bad record's bytes; the index's errors also carry the
+// key text of their sequence (key i is key_blob[key_offsets[i], key_offsets[i + 1])).
+struct CtfErrors {
+  nb::ndarray<nb::numpy, int64_t> offset, sequence, line, column, record, end, key_offsets;
+  nb::ndarray<nb::numpy, int32_t> kind, stream, byte;
+  nb::ndarray<nb::numpy, uint8_t> key_blob;
+};
+
+CtfErrors to_columns(std::vector<ErrorRecord>&& errors, const std::vector<std::string>& keys = {}) {
+  const size_t n = errors.size();
+  std::vector<int64_t> offsets(n), sequences(n), lines(n), columns(n), records(n), ends(n), key_offsets{0};
+  std::vector<int32_t> kinds(n), streams(n), bytes(n);
+  for (size_t i = 0; i < n; ++i) {
+    const ErrorRecord& e = errors[i];
+    offsets[i] = e.offset;
+    kinds[i] = e.kind;
+    streams[i] = e.stream;
+    sequences[i] = e.sequence;
+    lines[i] = e.line;
+    columns[i] = e.column;
+    bytes[i] = e.byte;
+    records[i] = e.record;
+    ends[i] = e.end;
   }
-  nb::dict d;
-  d["offset"] = to_numpy(std::move(offsets));
-  d["kind"] = to_numpy(std::move(kinds));
-  d["stream"] = to_numpy(std::move(streams));
-  d["sequence"] = to_numpy(std::move(sequences));
-  d["line"] = to_numpy(std::move(lines));
-  d["column"] = to_numpy(std::move(columns));
-  d["byte"] = to_numpy(std::move(bytes));
-  return d;
+  std::vector<uint8_t> blob;
+  for (const std::string& key : keys) {
+    blob.insert(blob.end(), key.begin(), key.end());
+    key_offsets.push_back(static_cast<int64_t>(blob.size()));
+  }
+  errors.clear();
+  return {to_numpy(std::move(offsets)), to_numpy(std::move(sequences)), to_numpy(std::move(lines)),
+          to_numpy(std::move(columns)), to_numpy(std::move(records)), to_numpy(std::move(ends)),
+          to_numpy(std::move(key_offsets)), to_numpy(std::move(kinds)), to_numpy(std::move(streams)),
+          to_numpy(std::move(bytes)), to_numpy(std::move(blob))};
 }
 
 nb::dict index_ctf(int fd, int64_t size, bool force_line_mode, const std::vector<AliasSpec>& aliases,
@@ -117,10 +131,7 @@ nb::dict index_ctf(int fd, int64_t size, bool force_line_mode, const std::vector
   d["key_offsets"] = to_numpy(std::move(r.key_offsets));
   d["chunk_starts"] = to_numpy(std::move(r.chunk_starts));
   d["chunk_first_lines"] = to_numpy(std::move(r.chunk_first_lines));
-  d["errors"] = errors_to_dict(std::move(r.errors));
-  nb::list error_keys;
-  for (const std::string& key : r.error_keys) error_keys.append(nb::bytes(key.data(), key.size()));
-  d["error_keys"] = error_keys;
+  d["errors"] = to_columns(std::move(r.errors), r.error_keys);
   d["dropped_lines"] = r.dropped_lines;
   d["dropped_sequences"] = r.dropped_sequences;
   d["total_lines"] = r.total_lines;
@@ -164,7 +175,7 @@ nb::tuple parse_typed(int fd, int64_t start, int64_t size, int64_t first_line, c
   stats["first_padded_column"] = r.stats.first_padded_column;
   stats["first_unknown_line"] = r.stats.first_unknown_line;
   stats["first_unknown_column"] = r.stats.first_unknown_column;
-  return nb::make_tuple(streams, errors_to_dict(std::move(r.errors)), stats);
+  return nb::make_tuple(streams, to_columns(std::move(r.errors)), stats);
 }
 
 // Reads [start, end) of the file and parses the sequences [starts[i], ends[i]) (relative to start); `lengths`, their
@@ -782,6 +793,20 @@ NB_MODULE(_native, m) {
   m.def("cbf_encode", &cbf_encode, "columns"_a, "first"_a, "last"_a,
         "CBF stream blocks of sequences [first, last) of a chunk's columns, one uint8 array per stream.");
   nb::exception<ShortRead>(m, "ShortRead", PyExc_EOFError);
+  nb::class_<CtfErrors>(m, "CtfErrors",
+                        "Counted errors of a CTF index or parse, a read-only column per field (no object per error).")
+      .def_prop_ro("offset", [](const CtfErrors& e) { return e.offset; }, nb::rv_policy::automatic, "byte offset of each error in the file")
+      .def_prop_ro("kind", [](const CtfErrors& e) { return e.kind; }, nb::rv_policy::automatic, "ErrorKind of each error")
+      .def_prop_ro("stream", [](const CtfErrors& e) { return e.stream; }, nb::rv_policy::automatic, "stream of each error (-1: none)")
+      .def_prop_ro("sequence", [](const CtfErrors& e) { return e.sequence; }, nb::rv_policy::automatic, "sequence of each error within the parsed range (-1: index errors)")
+      .def_prop_ro("line", [](const CtfErrors& e) { return e.line; }, nb::rv_policy::automatic, "1-based line")
+      .def_prop_ro("column", [](const CtfErrors& e) { return e.column; }, nb::rv_policy::automatic, "1-based column (bytes)")
+      .def_prop_ro("byte", [](const CtfErrors& e) { return e.byte; }, nb::rv_policy::automatic, "the byte at the offset (-1: end of line)")
+      .def_prop_ro("record", [](const CtfErrors& e) { return e.record; }, nb::rv_policy::automatic, "first byte of the bad record (the dropped sequence)")
+      .def_prop_ro("end", [](const CtfErrors& e) { return e.end; }, nb::rv_policy::automatic, "end of the bad record's bytes")
+      .def_prop_ro("key_blob", [](const CtfErrors& e) { return e.key_blob; }, nb::rv_policy::automatic, "index errors: their sequences' key texts, back to back")
+      .def_prop_ro("key_offsets", [](const CtfErrors& e) { return e.key_offsets; }, nb::rv_policy::automatic, "index errors: key i is key_blob[key_offsets[i]:key_offsets[i+1]]")
+      .def("__len__", [](const CtfErrors& e) { return e.offset.shape(0); });
   m.def("ctf_index", &index_ctf, "fd"_a, "size"_a, "force_line_mode"_a, "aliases"_a, "defining_stream"_a,
         "count_lines"_a, "keep_empty_lines"_a, "require_all_inputs"_a, "chunk_size"_a, "threads"_a = 1,
         "parallel_min_bytes"_a = int64_t{64} << 20,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-import functools
 import logging
 import os
 import time
@@ -14,7 +13,8 @@ import numpy as np
 
 from .. import _native
 from ..deserializer import DenseStream, IndexedDeserializer, ParsedChunk, SequenceIndex, SparseStream
-from ..errors import ConfigError, ErrorBudget, FormatError, Location
+from ..error_ledger import ANY_CHUNK, ErrorLedger, ErrorRows
+from ..errors import ConfigError, FormatError, Location
 from ..index_cache import IndexCache, narrowest
 from ..keys import KeyColumn, NumericKeys, RangeKeys, TextKeys
 from ..legacy import CTFStreamMapping
@@ -51,6 +51,9 @@ class ErrorKind(enum.IntEnum):
     EMPTY_ROW = 9
     VALUE_OUT_OF_RANGE = 10
     MISSING_INPUT = 11
+
+
+_KIND_NAMES = ["", *(kind.name.lower().replace("_", " ") for kind in ErrorKind)]  # by code (1, 2, ...)
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,8 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
             next open instead of scanning the file; a stale or corrupt cache is rebuilt with a warning.
         index_cache_dir: where to keep index caches instead (for data in a read-only place).
         optional_inputs: allow a stream to be absent from a sequence (zero samples) instead of an error.
+        quarantine_file: append the raw lines of every bad record (the whole sequence) to this file when it is first
+            counted, for repair (:mod:`cntkio.error_ledger`).
         compat: reproduce CNTK's quirks: index length = line count, blank lines are sequences in line
             mode, sparse entries kept unsorted with duplicates, errors counted on every re-read.
 
@@ -138,6 +143,7 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
         keep_data_in_memory: bool = False,
         num_chunks_to_cache: int | None = None,
         frame_mode: bool = False,
+        quarantine_file: str | os.PathLike[str] | None = None,
     ):
         self.filename = os.fspath(filename)
         self._arguments = (
@@ -146,7 +152,7 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
                 "max_errors": max_errors, "skip_sequence_ids": skip_sequence_ids,
                 "chunk_size_in_bytes": chunk_size_in_bytes, "precision": precision, "trace_level": trace_level,
                 "optional_inputs": optional_inputs, "compat": compat, "cache_index": cache_index,
-                "index_cache_dir": index_cache_dir,
+                "index_cache_dir": index_cache_dir, "quarantine_file": quarantine_file,
             },
         )  # fmt: skip
         self._streams = _streams_from_defs(streams)
@@ -158,7 +164,10 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
         self.optional_inputs = bool(optional_inputs)
         self.compat = bool(compat)
         self.trace_level = int(trace_level)
-        self.errors = ErrorBudget(int(max_errors), self.trace_level, count_repeats=self.compat)
+        self.errors = ErrorLedger(
+            int(max_errors), self.trace_level, count_repeats=self.compat, file=self.filename, kind_names=_KIND_NAMES,
+            quarantine=quarantine_file,
+        )  # fmt: skip
         self.cache_index = bool(cache_index)
         self.index_cache_dir = None if index_cache_dir is None else os.fspath(index_cache_dir)
         if num_chunks_to_cache is not None:
@@ -220,7 +229,7 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
         )  # fmt: skip
         self._chunk_first_lines: np.ndarray = index["chunk_first_lines"]
         self._index = SequenceIndex(index["chunk_starts"], lengths, self._keys)
-        self._report_index_errors(index["errors"], index["error_keys"])
+        self.errors.add_rows(ANY_CHUNK, index["errors"], self._index_error, self._read_record)
         self.total_lines = int(index["total_lines"])
         self.dropped_lines = int(index["dropped_lines"])
         self.dropped_sequences = int(index["dropped_sequences"])
@@ -239,7 +248,7 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
         return IndexCache(self.data_file, "ctf", options, self.index_cache_dir)
 
     def _native_index(self, defining: int) -> dict[str, Any]:
-        return _native.ctf_index(
+        index: dict[str, Any] = _native.ctf_index(
             self.data_file.fd,
             self.file_size,
             self.skip_sequence_ids,
@@ -251,20 +260,28 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
             self.chunk_size_in_bytes,
             threads=available_cores(),
         )
+        index["errors"] = ErrorRows.from_native(index["errors"])
+        return index
 
-    def _report_index_errors(self, errors: dict[str, np.ndarray], keys: list[bytes]) -> None:
-        for number, (offset, kind, stream, line, column) in enumerate(
-            zip(errors["offset"].tolist(), errors["kind"].tolist(), errors["stream"].tolist(),
-                errors["line"].tolist(), errors["column"].tolist())
-        ):  # fmt: skip
-            spec = self._streams[stream] if stream >= 0 else None
-            text = keys[number].decode("utf-8", "backslashreplace")
-            key: Any = text if self.id_mode == IdMode.TEXT else int(text)
-            error = FormatError(
-                _describe(ErrorKind(kind), -1, spec),
-                Location(self.filename, offset, line, column, key, spec.alias if spec else None),
-            )
-            self.errors.add((offset, kind, stream), functools.partial(_same, error))
+    def _index_error(self, rows: ErrorRows, i: int) -> FormatError:
+        """The index's error ``i`` (a sequence dropped for a missing input), built when it is shown."""
+        stream = int(rows.stream[i])
+        spec = self._streams[stream] if stream >= 0 else None
+        text = rows.key_text(i)
+        key: Any = text if self.id_mode == IdMode.TEXT else int(text)
+        alias = spec.alias if spec else None
+        location = Location(self.filename, int(rows.offset[i]), int(rows.line[i]), int(rows.column[i]), key, alias)
+        return FormatError(_describe(ErrorKind(int(rows.kind[i])), -1, spec), location)
+
+    def _parse_error(self, rows: ErrorRows, i: int) -> FormatError:
+        return self._error(
+            int(rows.offset[i]), ErrorKind(int(rows.kind[i])), int(rows.stream[i]), int(rows.sequence[i]),
+            int(rows.line[i]), int(rows.column[i]), int(rows.byte[i]),
+        )  # fmt: skip
+
+    def _read_record(self, start: int, end: int) -> bytes:
+        """A bad record's bytes (for the quarantine file)."""
+        return os.pread(self.data_file.fd, end - start, start)
 
     def _warn_about_index(self) -> None:
         if self.trace_level < 1:
@@ -311,10 +328,11 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
                 Location(self.filename, end),
             ) from None
         invalid = None
-        if len(errors["offset"]):
-            self._report(errors, sequence_base=a)
+        if len(errors):
+            rows = ErrorRows.from_native(errors, a)
+            self.errors.add_rows(chunk_id, rows, self._parse_error, self._read_record)
             invalid = np.zeros(b - a, dtype=np.uint8)
-            invalid[errors["sequence"]] = 1
+            invalid[errors.sequence] = 1
         if chunk_id not in self._noted_chunks:
             self._noted_chunks.add(chunk_id)
             self._log_notes(stats)
@@ -353,20 +371,10 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
         return chunk
 
     # --------------------------------------------------------------------------------- errors
-    def _report(self, errors: dict[str, np.ndarray], sequence_base: int) -> None:
-        for offset, kind, stream, sequence, line, column, byte in zip(
-            errors["offset"].tolist(),
-            errors["kind"].tolist(),
-            errors["stream"].tolist(),
-            errors["sequence"].tolist(),
-            errors["line"].tolist(),
-            errors["column"].tolist(),
-            errors["byte"].tolist(),
-        ):
-            build = functools.partial(
-                self._error, offset, ErrorKind(kind), stream, sequence + sequence_base, line, column, byte
-            )
-            self.errors.add((offset, kind, stream), build)
+    def close(self) -> None:
+        """Closes the file (and the quarantine file)."""
+        self.errors.close()
+        super().close()
 
     def _error(
         self, offset: int, kind: ErrorKind, stream: int, sequence_index: int, line: int, column: int, byte: int
@@ -417,11 +425,8 @@ def _compact_ranges(index: dict[str, Any]) -> dict[str, Any]:
 
 def _flatten(index: dict[str, Any]) -> dict[str, Any]:
     """The index as arrays and scalars (what an index cache holds)."""
-    flat = {name: value for name, value in index.items() if name not in ("errors", "error_keys")}
-    flat.update({f"errors.{column}": values for column, values in index["errors"].items()})
-    keys = [bytes(key) for key in index["error_keys"]]
-    flat["error_keys.blob"] = np.frombuffer(b"".join(keys), dtype=np.uint8)
-    flat["error_keys.offsets"] = np.cumsum([0, *map(len, keys)], dtype=np.int64)
+    flat = {name: value for name, value in index.items() if name != "errors"}
+    flat.update({f"errors.{column}": values for column, values in index["errors"].columns().items()})
     return flat
 
 
@@ -431,15 +436,14 @@ def _unflatten(flat: dict[str, Any], file_size: int) -> dict[str, Any] | None:
     required = (
         "mode", "begin", "offsets", "sizes", "lengths", "keys", "key_blob", "key_offsets", "chunk_starts",
         "chunk_first_lines", "dropped_lines", "dropped_sequences", "total_lines", "repeated_keys", "fatal",
-        "error_keys.blob", "error_keys.offsets", "errors.offset", "errors.kind", "errors.stream", "errors.line",
-        "errors.column",
     )  # fmt: skip
     if any(name not in flat for name in required):
         return None
     index = {name: value for name, value in flat.items() if "." not in name}
-    index["errors"] = {name[len("errors.") :]: value for name, value in flat.items() if name.startswith("errors.")}
-    blob, bounds = bytes(flat["error_keys.blob"]), flat["error_keys.offsets"].tolist()
-    index["error_keys"] = [blob[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+    errors = ErrorRows.from_columns({name[7:]: value for name, value in flat.items() if name.startswith("errors.")})
+    if errors is None:
+        return None
+    index["errors"] = errors
     offsets, sizes, keys = index["offsets"], index["sizes"], index["keys"]
     sequences = len(offsets)
     starts = index["chunk_starts"]
@@ -450,13 +454,9 @@ def _unflatten(flat: dict[str, Any], file_size: int) -> dict[str, Any] | None:
         and bool(np.all(np.diff(starts) > 0))
         and int(offsets[-1]) + int(sizes[-1]) <= file_size and int(offsets[0]) >= 0
         and len(index["chunk_first_lines"]) == len(starts) - 1
-        and len(index["error_keys"]) == len(index["errors"]["offset"])
+        and len(errors.key_offsets) == len(errors) + 1
     )  # fmt: skip
     return index if consistent else None
-
-
-def _same(error: FormatError) -> FormatError:
-    return error
 
 
 def _describe(kind: ErrorKind, byte: int, stream: _Stream | None) -> str:

@@ -26,7 +26,8 @@ import numpy as np
 from .. import _native
 from ..arrays import narrow_lengths
 from ..deserializer import DenseStream, DeserializerGroup, IndexedDeserializer, ParsedChunk, SequenceIndex
-from ..errors import ConfigError, ErrorBudget, FormatError, Location
+from ..error_ledger import ErrorLedger
+from ..errors import ConfigError, FormatError, Location
 from ..htk import HTKHeader, read_header_at
 from ..streams import StreamDefs, StreamInformation, iter_stream_defs, parse_precision
 from .data_file import DataFile, FileIdentity, rebuild_unchanged
@@ -305,7 +306,7 @@ class HTKFeatureDeserializer(IndexedDeserializer):
         limit = definition.max_sequence_length
         self.max_sequence_length = None if limit is None else int(limit)
         self.defines_mb_size = bool(definition.defines_mb_size)
-        self.errors = ErrorBudget(int(max_errors), self.trace_level)
+        self.errors = ErrorLedger(int(max_errors), self.trace_level)
         scp = definition.scp
         self.scp_files = [os.fspath(scp)] if isinstance(scp, (str, os.PathLike)) else [os.fspath(s) for s in scp]
         if not self.scp_files:

@@ -23,7 +23,8 @@ import numpy as np
 
 from .. import _native, legacy
 from ..deserializer import DenseStream, IndexedDeserializer, ParsedChunk, SequenceIndex, SparseStream
-from ..errors import ConfigError, ErrorBudget, FormatError, Location
+from ..error_ledger import ErrorLedger
+from ..errors import ConfigError, FormatError, Location
 from ..keys import KeyColumn, ObjectKeys, TextKeys
 from ..streams import StreamInformation, iter_stream_defs, parse_precision
 from .data_file import DataFile, rebuild_unchanged
@@ -110,7 +111,7 @@ class ImageDeserializerBase(IndexedDeserializer):
         self.grayscale = bool(grayscale)
         self.seed = int(seed)
         self.sweep_dependent = self.pipeline.is_random
-        self.errors = ErrorBudget(int(max_errors), self.trace_level)
+        self.errors = ErrorLedger(int(max_errors), self.trace_level)
         self._config = config
         keys, labels, views = self._index_images(config)
         self._finish_index(keys, labels if config.label_dim is not None else None, views, images_per_chunk)

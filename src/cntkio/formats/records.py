@@ -24,7 +24,8 @@ import scipy.sparse
 from .. import _native
 from ..arrays import narrow_lengths
 from ..deserializer import DenseStream, IndexedDeserializer, ParsedChunk, SequenceIndex, SparseStream
-from ..errors import ConfigError, ErrorBudget, FormatError, Location
+from ..error_ledger import ErrorLedger
+from ..errors import ConfigError, FormatError, Location
 from ..keys import KeyColumn, NumericKeys
 from ..streams import StreamInformation, iter_stream_defs, parse_precision
 from .data_file import DataFile, FileBacked
@@ -179,7 +180,7 @@ class RecordDeserializer(FileBacked, IndexedDeserializer):
         self.chunk_size_in_bytes = int(chunk_size_in_bytes)
         self.dtype = parse_precision(precision)
         self.trace_level = int(trace_level)
-        self.errors = ErrorBudget(int(max_errors), self.trace_level)
+        self.errors = ErrorLedger(int(max_errors), self.trace_level)
         self.skip_blank_lines = bool(skip_blank_lines)
         self.header_lines = int(header_lines)
         self.check_crc = bool(check_crc) and framing == "tfrecord"
@@ -497,7 +498,8 @@ class RecordDeserializer(FileBacked, IndexedDeserializer):
     # --------------------------------------------------------------------------------- errors
     def _count(self, record: int, reason: str, stream: str | None) -> None:
         """Counts a bad record against ``max_errors`` (once, however often it is read)."""
-        self.errors.add(record, functools.partial(self._record_error, record, reason, stream))
+        chunk = int(np.searchsorted(self._chunk_starts, record, side="right")) - 1
+        self.errors.add(record, functools.partial(self._record_error, record, reason, stream), chunk=chunk)
 
     def _record_error(self, record: int, reason: str, stream: str | None = None) -> FormatError:
         file = int(np.searchsorted(self._file_first_record, record, side="right")) - 1
