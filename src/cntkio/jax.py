@@ -6,7 +6,12 @@ rounded up to ``batch_buckets`` / ``length_buckets``, powers of two by default),
 programs instead of one per minibatch. With ``sharding=`` the batches are global ``jax.Array``s assembled from every
 process's local data (``jax.make_array_from_process_local_data``); the processes then agree on each step's shape
 and keep stepping together until every partition is done (a process with no data left contributes padding).
-``get_state()`` is JSON; ``set_state()`` resumes exactly after the last batch.
+With ``equal_steps`` (:mod:`cntkio.equal_steps`, the rule :mod:`cntkio.torch` uses too) the processes know every
+process's count of the epoch from the index, and each iteration reads one epoch: ``"pad"`` (the default with
+``sharding``: every process steps as often as the one with the most, padding when its data has ended) or ``"carry"``
+(all stop at the fewest; the rest comes first in the next epoch). Every batch carries the ``(source, key)`` of each of
+its rows in ``batch.sequence_keys`` (padding rows have none), so exactly-once can be checked as with torch's
+``batch.keys``. ``get_state()`` is JSON; ``set_state()`` resumes exactly after the last batch.
 
 Install with ``pip install "cntkio[jax]"``.
 """
@@ -20,10 +25,11 @@ from typing import Any
 import numpy as np
 
 from . import layouts
+from .equal_steps import EqualSteps, RankStream, check_rule
 from .minibatch import Minibatch, MinibatchData
 from .source import MinibatchSource
 
-__all__ = ["JaxIterator", "bucket"]
+__all__ = ["JaxBatch", "JaxIterator", "bucket"]
 
 LAYOUTS = ("padded", "token_ids", "per_sequence")
 
@@ -33,6 +39,33 @@ def _jax() -> Any:
         return importlib.import_module("jax")
     except ImportError as error:  # pragma: no cover - exercised where jax is missing
         raise ImportError('cntkio.jax needs JAX: pip install "cntkio[jax]" (or jax[cpu])') from error
+
+
+class JaxBatch(dict):  # type: ignore[type-arg]
+    """A batch: ``{stream name: array, "lengths": {...}, "mask": {...}}`` and, beside the arrays,
+    ``sequence_keys``: the ``(source, key)`` of the sequence in each row (rows past them are padding). A pytree of
+    its arrays alone (the keys stay out of ``jit``'s cache key); a batch rebuilt from its leaves has no keys."""
+
+    sequence_keys: list[Any]
+
+    def __init__(self, *args: Any, sequence_keys: list[Any] | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.sequence_keys = list(sequence_keys or [])
+
+
+_registered: list[bool] = []
+
+
+def _register_batch(jax: Any) -> None:
+    """Makes :class:`JaxBatch` a pytree node like ``dict`` (once)."""
+    if _registered:
+        return
+    jax.tree_util.register_pytree_node(
+        JaxBatch,
+        lambda batch: ([batch[name] for name in sorted(batch)], tuple(sorted(batch))),
+        lambda names, leaves: JaxBatch(zip(names, leaves, strict=True)),
+    )
+    _registered.append(True)
 
 
 def bucket(size: int, buckets: tuple[int, ...] | None) -> int:
@@ -66,6 +99,10 @@ class JaxIterator:
         partition: ``(count, index)`` instead of ``jax.process_count()``, ``jax.process_index()``.
         sharding: a ``jax.sharding.Sharding`` of the batch axis: yield global arrays.
         pad_id: the id padding token ids (``mask`` tells padding apart).
+        equal_steps: ``"pad"`` or ``"carry"``: every process takes the same number of steps per epoch by that rule
+            and each iteration reads the next epoch (the source needs epochs: ``max_sweeps`` or ``max_samples``);
+            None: each iteration reads on to the source's end; ``"auto"``: ``"pad"`` with ``sharding`` over more than
+            one process and a source with epochs, else None.
     """
 
     def __init__(
@@ -79,7 +116,10 @@ class JaxIterator:
         partition: tuple[int, int] | None = None,
         sharding: Any = None,
         pad_id: int = 0,
+        equal_steps: str | None = "auto",
     ):
+        if equal_steps not in (None, "auto"):
+            check_rule(equal_steps)
         for name in [layout] if isinstance(layout, str) else list(layout.values()):
             if name not in LAYOUTS:
                 raise ValueError(f"unknown layout {name!r}; one of {', '.join(LAYOUTS)}")
@@ -98,6 +138,10 @@ class JaxIterator:
         self.shapes: set[tuple[int, int]] = set()  # the (B, T) of the batches so far: the programs jit compiles
         self.last_keys: list[Any] = []  # provenance (source, key) of the sequences of the last batch
         self.steps = 0
+        self.equal_steps = equal_steps
+        self.epoch: int | None = None  # the epoch the next iteration reads (equal steps), once the source is known
+        self._planner: EqualSteps | None = None
+        self._epoch_stream: RankStream | None = None  # the epoch being read (equal steps)
 
     @property
     def source(self) -> MinibatchSource:
@@ -108,30 +152,86 @@ class JaxIterator:
 
     def get_state(self) -> dict[str, Any]:
         """JSON-able: the position after the last batch (of this process's partition)."""
-        return {"source": self.source.get_checkpoint_state(), "steps": self.steps}
+        state: dict[str, Any] = {"source": self.source.get_checkpoint_state(), "steps": self.steps}
+        stream = self._epoch_stream
+        if stream is not None:  # equal steps: the epoch, the step in it and its plan
+            state.update(epoch=stream.plan.epoch, step=stream.index, equal_steps=stream.plan.state())
+        elif self._equal_steps_planner() is not None:
+            state.update(epoch=self._next_epoch(), step=0, equal_steps=None)
+        return state
 
     def set_state(self, state: Mapping[str, Any]) -> None:
         """Resumes right after the batch ``state`` was taken at."""
         self.source.restore_from_checkpoint(dict(state["source"]))
         self.steps = int(state.get("steps", 0))
+        planner = self._equal_steps_planner()
+        self._epoch_stream = None
+        if planner is None or "epoch" not in state:
+            return
+        self.epoch = int(state["epoch"])
+        if state.get("equal_steps") is not None:
+            plan = planner.check(self.source, state["equal_steps"], self.epoch)
+            self._epoch_stream = RankStream(self.source, planner, plan, self.index, int(state["step"]))
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        while True:
-            minibatch = self.source.next_minibatch(
-                self.minibatch_size, num_data_partitions=self.partitions, partition_index=self.index
-            )
-            local = minibatch if isinstance(minibatch, Minibatch) else None
+    def _equal_steps_planner(self) -> EqualSteps | None:
+        rule = self.equal_steps
+        if rule == "auto":
+            rule = "pad" if self.sharding is not None and self.partitions > 1 else None
+            if rule is not None and self.source.is_infinite():
+                rule = None
+        if rule is None:
+            return None
+        if self._planner is None:
+            if self.source.is_infinite():
+                raise ValueError(f"equal_steps={rule!r} needs epochs: set max_samples or max_sweeps on the source")
+            self._planner = EqualSteps(rule, self.minibatch_size, self.partitions)
+        return self._planner
+
+    def _next_epoch(self) -> int:
+        if self.epoch is None:
+            self.epoch = self.source.current_epoch
+        return self.epoch
+
+    def _equal_stream(self) -> RankStream | None:
+        """The epoch this iteration reads under equal steps (the one a state was taken in, else the next), or None."""
+        planner = self._equal_steps_planner()
+        if planner is None:
+            return None
+        if self._epoch_stream is None or self._epoch_stream.done:
+            plan = planner.plan(self.source, self._next_epoch())
+            planner.locate(self.source, plan, self.index)
+            self._epoch_stream = RankStream(self.source, planner, plan, self.index)
+        return self._epoch_stream
+
+    def __iter__(self) -> Iterator[JaxBatch]:
+        _register_batch(_jax())
+        stream = self._equal_stream()
+        while stream is None or not stream.done:
+            if stream is None:
+                minibatch = self.source.next_minibatch(
+                    self.minibatch_size, num_data_partitions=self.partitions, partition_index=self.index
+                )
+                local = minibatch if isinstance(minibatch, Minibatch) else None
+            elif stream.padding:
+                stream.pad()
+                local = None
+            else:
+                local = stream.read()
             if self.sharding is None:
-                if local is None:
+                if local is not None:
+                    batch = self._arrays(local, *self._shape(local))
+                elif stream is None:
                     return
-                batch = self._arrays(local, *self._shape(local))
+                else:
+                    batch = self._padding(bucket(1, self.batch_buckets), bucket(1, self.length_buckets))
             else:
                 shape, any_left = self._agree(local)
-                if not any_left:
+                if not any_left and stream is None:
                     return
                 batch = self._global(self._arrays(local, *shape) if local is not None else self._padding(*shape))
             self.steps += 1  # (before the batch leaves: a state taken with it counts it)
             yield batch
+        self.epoch = stream.plan.epoch + 1
 
     # --- shapes -------------------------------------------------------------------------------------------------
     def _shape(self, minibatch: Minibatch) -> tuple[int, int]:
@@ -151,10 +251,10 @@ class JaxIterator:
     def _layout_of(self, name: str) -> str:
         return self.layout if isinstance(self.layout, str) else self.layout.get(name, "padded")
 
-    def _arrays(self, minibatch: Minibatch, rows: int, steps: int) -> dict[str, Any]:
+    def _arrays(self, minibatch: Minibatch, rows: int, steps: int) -> JaxBatch:
         self.shapes.add((rows, steps))
         self.last_keys = minibatch.sequence_keys
-        batch: dict[str, Any] = {"lengths": {}, "mask": {}}
+        batch = JaxBatch({"lengths": {}, "mask": {}}, sequence_keys=self.last_keys)
         for info, data in minibatch.items():
             batch[info.name] = self._stream(data, self._layout_of(info.name), rows, steps)
             lengths = np.zeros(rows, dtype=np.int32)
@@ -175,10 +275,11 @@ class JaxIterator:
             return out
         return layouts.padded_values(data, rows, steps)
 
-    def _padding(self, rows: int, steps: int) -> dict[str, Any]:
+    def _padding(self, rows: int, steps: int) -> JaxBatch:
         """A batch of nothing but padding, shaped as this process's data would be (a partition with no data left
         still takes part in a global step)."""
-        batch: dict[str, Any] = {"lengths": {}, "mask": {}}
+        self.shapes.add((rows, steps))
+        batch = JaxBatch({"lengths": {}, "mask": {}})
         for info in self.source.stream_infos():
             layout = self._layout_of(info.name)
             if layout == "token_ids":
@@ -193,6 +294,10 @@ class JaxIterator:
         self.last_keys = []
         return batch
 
-    def _global(self, batch: dict[str, Any]) -> dict[str, Any]:
+    def _global(self, batch: JaxBatch) -> JaxBatch:
+        """Global arrays of every process's rows; ``sequence_keys`` are this process's rows'."""
         jax = _jax()
-        return jax.tree_util.tree_map(lambda local: jax.make_array_from_process_local_data(self.sharding, local), batch)
+        result = jax.tree_util.tree_map(
+            lambda local: jax.make_array_from_process_local_data(self.sharding, local), batch
+        )
+        return JaxBatch(result, sequence_keys=batch.sequence_keys)
