@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import hashlib
 import json
 import logging
 import math
@@ -16,7 +17,7 @@ import numpy as np
 
 from . import _native
 from .assemble import Assembler
-from .bptt import BpttSlots, check_in_flight, row_layout
+from .bptt import BpttSlots, row_layout
 from .budget import BudgetReport, window_within
 from .checkpoint import CHECKPOINT_VERSION, merge_checkpoints, seal, validate
 from .chunk_cache import ChunkCache
@@ -24,8 +25,6 @@ from .corpus import SWEEP_VERSIONS, Corpus
 from .cursor import Cursor, Selection
 from .data_slice import parse_slice
 from .deserializer import Deserializer, DeserializerGroup, flatten_deserializers
-from .error_ledger import ErrorReport, ledgers_of
-from .error_ledger import report as error_report
 from .errors import CNTKIOError, ConfigError
 from .join import JoinReport, LengthMismatch
 from .legacy import build_deferred, deprecated, sequence_limit, source_keywords
@@ -57,8 +56,8 @@ class MinibatchSource:
     ``compat`` (CNTK's exact randomization order), ``data_slice`` (read only a deterministic slice of
     the sequences, e.g. ``"[10%:20%]"`` or ``"[:5000]"``), ``prefetch``, ``num_parse_threads`` (default: the cores
     this process may use) and ``memory_budget_bytes`` (the parsed data held — window, prefetch — stays within it:
-    the randomization window is shrunk to what fits, then the parse threads and the chunks they prefetch, logged
-    and reported in :attr:`memory_budget`; a budget that cannot hold what one read needs is an error). Without a budget the window is CNTK's: it holds ``window`` parsed chunks
+    the randomization window is shrunk to what fits, logged and reported in :attr:`memory_budget`; a budget that
+    cannot hold one chunk is an error). Without a budget the window is CNTK's: it holds ``window`` parsed chunks
     (128 by default: with 32 MB CTF chunks, a few GB).
     Sweeps run on from each other: a minibatch may end one sweep and start the next (``end_of_sweep``).
     CNTK 2.0's keywords are accepted with a ``DeprecationWarning`` (:mod:`cntkio.legacy`): ``epoch_size``
@@ -198,20 +197,17 @@ class MinibatchSource:
             self.randomization, self.memory_budget = window_within(
                 int(memory_budget_bytes), self._corpus, self.randomization, threads
             )
-            threads = self.memory_budget.threads  # fewer when the budget cannot hold a chunk ahead per thread
         self._epoch = 0
         self._epoch_end = self._compute_epoch_end()
         self._cursor = Cursor(self._corpus, self.randomization)
-        self._cache = ChunkCache(
-            self._corpus, threads, self._clock, split=self.memory_budget is None or self.memory_budget.split_chunks
-        )
+        self._cache = ChunkCache(self._corpus, threads, self._clock)
         self._assembler = Assembler(self._corpus, self._cache)
         self._slots = BpttSlots(self.truncation_length)
         self._planned: tuple[Any, ...] | None = None  # the block whose chunks are loaded
         self._stage_ends = [0.0, 0.0, 0.0]  # perf_counter when a read's selection, chunk plan and gather ended
         self._marks: list[float] | None = None  # _stage_ends during a read whose stages are timed, else None
         self._lock = threading.RLock()
-        self._identity = json.dumps(self._fingerprint(), sort_keys=True)  # each state gets its own copy
+        self._fingerprint_text = self._fingerprint()
         self._closed = False
 
     def _check_aligned(self) -> None:
@@ -565,7 +561,6 @@ class MinibatchSource:
                 f"truncation_length={length}"
             )
         self._slots.resize(total_slots // partitions + (index < total_slots % partitions))
-        self._slots.share(partitions, index)
 
         def fetch() -> tuple[np.ndarray, np.ndarray, list[int]]:
             selection = self._cursor.select(minibatch_size, partitions, index, self._epoch_end)
@@ -648,13 +643,14 @@ class MinibatchSource:
         return self._corpus.load_plan(codes % chunks_per_sweep, codes // chunks_per_sweep)
 
     # --- checkpoints -----------------------------------------------------------------------------
-    def _fingerprint(self) -> dict[str, Any]:
-        """Identifies the data by content (:mod:`cntkio.identity`: a copy elsewhere, renamed, restores) and the
-        configuration that decides the order; a checkpoint refused names what differs."""
-        order = {**self.randomization.identity(), "frame_mode": self.frame_mode}
-        if self.truncation_length:
-            order["truncation_length"] = self.truncation_length
-        return {**self._corpus.identity(), "order": order}
+    def _fingerprint(self) -> str:
+        """Identifies the data (files, sizes, modification times) and the configuration that decides the order."""
+        description = json.dumps(
+            [self._corpus.fingerprint(), self.randomization.identity(), self.frame_mode, self.truncation_length],
+            sort_keys=True,
+            default=str,
+        )
+        return hashlib.sha256(description.encode()).hexdigest()[:16]
 
     def get_checkpoint_state(self) -> dict[str, Any]:
         """A small, versioned, JSON-serialisable dict; :meth:`restore_from_checkpoint` continues from it
@@ -663,15 +659,12 @@ class MinibatchSource:
             state: dict[str, Any] = {
                 "version": CHECKPOINT_VERSION,
                 "minibatchSourcePosition": self.position,
-                "fingerprint": json.loads(self._identity),
+                "fingerprint": self._fingerprint_text,
                 "epoch": self._epoch,
                 "cursor": self._cursor.get_state(),
             }
             if self.truncation_length:
                 state["bptt_slots"] = self._slots.state()
-            ledgers = ledgers_of(self._corpus.deserializers)
-            if ledgers:
-                state["errors"] = [ledger.get_state() for ledger, _ in ledgers]
             return seal(state)
 
     def restore_from_checkpoint(self, state: Mapping[str, Any]) -> None:
@@ -685,46 +678,23 @@ class MinibatchSource:
                     raise ConfigError(f"checkpoint: minibatchSourcePosition must be an integer >= 0, got {position!r}")
                 self._restore_position(int(position))
                 return
-            checked = validate(state, json.loads(self._identity))
+            checked = validate(state, self._fingerprint_text)
             bptt = checked["bptt_slots"]
-            if (bptt is None) == bool(self.truncation_length):
-                raise ConfigError(
-                    "checkpoint: bptt_slots (the sequences in flight) belong in the states of truncated BPTT sources "
-                    "only, and in each of them"
-                )
+            if bool(bptt) != bool(self.truncation_length) and bptt is not None:
+                raise ConfigError("checkpoint: BPTT slots in a state for a source without truncated BPTT")
             if bptt:
-                check_in_flight(bptt, self._corpus.lengths)
-            position, epoch, size = checked["minibatchSourcePosition"], checked["epoch"], self.epoch_size
-            if math.isfinite(size) and size and not epoch * size <= position <= (epoch + 1) * size:
-                raise ConfigError(
-                    f"checkpoint: minibatchSourcePosition is {position}; epoch {epoch} allows "
-                    f"[{epoch * size}, {(epoch + 1) * size}] (epoch size {size})"
-                )
+                units = [u for slot in bptt["slots"] for u, _, _ in slot] + [u for u, _, _ in bptt["waiting"]]
+                if any(u >= self._corpus.num_units for u in units):
+                    raise ConfigError("checkpoint: a BPTT slot names a sequence outside the data")
             cursor = Cursor(self._corpus, self.randomization)  # the source changes only once every check passed
             cursor.set_state(checked["cursor"])
-            if cursor.position != position:
-                raise ConfigError(
-                    f"checkpoint: minibatchSourcePosition is {position}, but the cursor stands at sample "
-                    f"{cursor.position}"
-                )
-            ledgers = list(zip(ledgers_of(self._corpus.deserializers), checked["errors"] or []))
-            if checked["errors"] is not None and len(ledgers) != len(checked["errors"]):
-                raise ConfigError("checkpoint: its error ledgers are not those of this source's deserializers")
-            for (ledger, deserializer), ledger_state in ledgers:
-                ledger.check_restorable(ledger_state, deserializer.num_chunks())
-            for (ledger, deserializer), ledger_state in ledgers:
-                ledger.set_state(ledger_state, deserializer.num_chunks())
+            if cursor.position != checked["minibatchSourcePosition"]:
+                raise ConfigError("checkpoint: minibatchSourcePosition does not match the cursor (a modified state?)")
             self._cursor = cursor
             self._slots.restore(bptt)
             self._epoch = checked["epoch"]
             self._epoch_end = self._compute_epoch_end()
             self._planned = None
-
-    def error_report(self, limit: int = 20, arrays: bool = False) -> ErrorReport:
-        """The bad records counted under ``max_errors`` (:class:`~cntkio.error_ledger.ErrorReport`): counts by kind
-        and by file, the first ``limit`` located errors (messages built now), and with ``arrays=True`` every error
-        held as columns. It survives a checkpoint and restore (counts, and the first errors located)."""
-        return error_report([ledger for ledger, _ in ledgers_of(self._corpus.deserializers)], limit, arrays)
 
     def _restore_position(self, position: int) -> None:
         self._cursor.seek(position)
