@@ -388,10 +388,12 @@ class EqualStepsReader:
 
     def get_state(self) -> dict[str, Any]:
         """JSON-able: the position after the last minibatch, with the epoch's plan."""
-        stream = self._stream
+        stream, epoch = self._stream, self.epoch
+        if stream is not None and stream.done:  # an epoch read to its end: the next one
+            epoch, stream = stream.plan.epoch + 1, None
         return {
             "source": self.source.get_checkpoint_state(),
-            "epoch": self.epoch if stream is None else stream.plan.epoch,
+            "epoch": epoch if stream is None else stream.plan.epoch,
             "step": 0 if stream is None else stream.index,
             "equal_steps": None if stream is None else stream.plan.state(),
         }

@@ -154,10 +154,11 @@ class JaxIterator:
         """JSON-able: the position after the last batch (of this process's partition)."""
         state: dict[str, Any] = {"source": self.source.get_checkpoint_state(), "steps": self.steps}
         stream = self._epoch_stream
-        if stream is not None:  # equal steps: the epoch, the step in it and its plan
+        if stream is not None and not stream.done:  # equal steps: the epoch, the step in it and its plan
             state.update(epoch=stream.plan.epoch, step=stream.index, equal_steps=stream.plan.state())
-        elif self._equal_steps_planner() is not None:
-            state.update(epoch=self._next_epoch(), step=0, equal_steps=None)
+        elif self._equal_steps_planner() is not None:  # (an epoch read to its end: the next one)
+            epoch = stream.plan.epoch + 1 if stream is not None else self._next_epoch()
+            state.update(epoch=epoch, step=0, equal_steps=None)
         return state
 
     def set_state(self, state: Mapping[str, Any]) -> None:
