@@ -440,6 +440,10 @@ class MinibatchSource:
         if self.is_infinite():
             raise ValueError("an infinite source has no epochs to count minibatches in; set max_samples or max_sweeps")
         partitions, _ = self._check_partition(num_data_partitions, 0)
+        if state is None and (through_epoch is None or through_epoch == epoch):
+            sizes = self._partition_sizes_of_sweeps(minibatch_size_in_samples, partitions, int(epoch))
+            if sizes is not None:
+                return sizes
         with self._lock:
             self._check_open()
             saved = (self._cursor, self._slots, self._epoch, self._epoch_end, self._planned)
@@ -474,6 +478,44 @@ class MinibatchSource:
                 return sizes
             finally:
                 self._cursor, self._slots, self._epoch, self._epoch_end, self._planned = saved
+
+    def _partition_sizes_of_sweeps(self, minibatch_size: int, partitions: int, epoch: int) -> list[np.ndarray] | None:
+        """:meth:`partition_minibatches` of an epoch of whole sweeps, vectorised: each partition's units in order, then
+        its reads packed greedily as :meth:`Cursor.select` packs them (whole units while they fit the budget, at least
+        one); None where reads end elsewhere too (truncated BPTT, length buckets, data that varies by sweep)."""
+        sweep_size, epoch_size = self._corpus.sweep_size, self.epoch_size
+        if self.truncation_length or self.randomization.bucket_samples or self._corpus.sweep_dependent:
+            return None
+        if epoch_size % sweep_size:
+            return None
+        sweeps = int(epoch_size // sweep_size)
+        cursor = Cursor(self._corpus, self.randomization)
+        pieces: list[list[np.ndarray]] = [[] for _ in range(partitions)]
+        for sweep in range(epoch * sweeps, (epoch + 1) * sweeps):
+            order, position = cursor.order(sweep), 0
+            for k in range(order.num_blocks):
+                block = order.block(k)
+                if partitions == 1:
+                    pieces[0].append(block.lengths)
+                else:
+                    owners = order.owners(block, position + np.arange(len(block), dtype=np.int64), partitions)
+                    for index in range(partitions):
+                        pieces[index].append(block.lengths[owners == index])
+                position += len(block)
+        sizes = []
+        for index, lengths in enumerate(pieces):
+            budget = max(1, minibatch_size // partitions + (index < minibatch_size % partitions))
+            units = np.concatenate(lengths or [np.zeros(0, dtype=np.int64)]).astype(np.int64)
+            ends = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(units)])
+            count = len(ends) - 1
+            fitting = np.searchsorted(ends, ends[:-1] + budget, side="right") - 1  # the read starting at unit i ends
+            following = np.maximum(fitting, np.arange(1, count + 1)).tolist()  # ... before this unit (at least one)
+            firsts, unit = [], 0
+            while unit < count:  # one step per minibatch
+                firsts.append(unit)
+                unit = following[unit]
+            sizes.append(np.diff(ends[np.asarray([*firsts, count], dtype=np.int64)]).astype(np.int64))
+        return sizes
 
     def _check_open(self) -> None:
         if self._closed:
