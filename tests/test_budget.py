@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from cntkio import ConfigError, CTFDeserializer, MinibatchSource, StreamDef, StreamDefs
+from cntkio.system import available_cores
 
 STREAMS = StreamDefs(x=StreamDef(field="x", shape=8))
 
@@ -85,7 +86,85 @@ def test_a_sample_window_shrinks_too(data: Path) -> None:
 
 @pytest.mark.parametrize("options", [{}, {"randomize": False}, {"num_parse_threads": 0}])
 def test_a_budget_below_one_chunk_is_an_error(data: Path, options: dict) -> None:
-    with pytest.raises(ConfigError, match="cannot hold one parsed chunk"):
+    with pytest.raises(ConfigError, match="cannot hold what one read needs"):
         MinibatchSource(reader(data), memory_budget_bytes=1_000, **options)
     with pytest.raises(ConfigError, match="must be positive"):
         MinibatchSource(reader(data), memory_budget_bytes=0, **options)
+
+
+@pytest.fixture(scope="module")
+def lengths(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Sequences of 1 to 29 samples: length bucketing merges blocks of many of them."""
+    path = tmp_path_factory.mktemp("budget") / "lengths.ctf"
+    rng = np.random.default_rng(1)
+    lines = [
+        f"{s} |x " + " ".join(f"{v:.2f}" for v in rng.random(8))
+        for s in range(3000)
+        for _ in range(int(rng.integers(1, 30)))
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def most_held(source: MinibatchSource, minibatch: int) -> tuple[int, list[int]]:
+    most, read = 0, []
+    while batch := source.next_minibatch(minibatch):
+        read += [key for _, key in batch.sequence_keys]
+        most = max(most, source.cached_chunks)
+    return most, read
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"bucket_by_length": 200},  # blocks span up to 1/8 of the window: a read into the next block holds two
+        {"bucket_by_length": 200, "num_parse_threads": 0},
+        {"chunk": 1, "memory_budget_bytes": 50_000},  # a sequence a chunk: blocks are merged
+        {},
+    ],
+)
+def test_the_source_holds_no_more_chunks_than_the_budget_planned(lengths: Path, options: dict) -> None:
+    options = {"num_parse_threads": 2, "chunk": 4000, "memory_budget_bytes": 300_000, **options}
+    deserializer = CTFDeserializer(lengths, STREAMS, chunk_size_in_bytes=options.pop("chunk"))
+    source = MinibatchSource(deserializer, max_sweeps=2, randomization_seed=5, **options)
+    report = source.memory_budget
+    assert report is not None and report.window < report.requested_window  # the budget binds
+    most, read = most_held(source, 50)
+    assert most <= report.held_chunks
+    assert sorted(read) == sorted(list(range(3000)) * 2)
+
+
+def test_a_budget_that_holds_a_chunk_but_not_the_prefetch_degrades_the_prefetch(data: Path, caplog) -> None:
+    roomy = MinibatchSource(reader(data), memory_budget_bytes=1 << 30, num_parse_threads=4).memory_budget
+    assert roomy is not None and roomy.threads == 4 and roomy.window == 128
+    with caplog.at_level(logging.INFO, logger="cntkio"):  # one chunk of text (4,000 bytes) a parse thread
+        source = MinibatchSource(
+            reader(data), memory_budget_bytes=25_000, num_parse_threads=4, max_sweeps=1, randomization_seed=3
+        )
+    report = source.memory_budget
+    assert report is not None and report.requested_threads == 4 and report.threads < 4 and report.window >= 1
+    assert source._cache.threads == report.threads  # the reader runs with what the budget allowed
+    assert (
+        "parse threads (chunks prefetched ahead) 4 -> " in caplog.text and "randomization window 128 ->" in caplog.text
+    )
+    most, read = most_held(source, 50)
+    assert sorted(read) == list(range(4000)) and most <= report.held_chunks
+
+
+def test_a_budget_too_small_for_split_parsing_parses_a_chunk_on_one_thread(tmp_path: Path) -> None:
+    path = tmp_path / "big.ctf"  # chunks of 2 MiB of text are parsed on several threads: their runs held twice
+    rng = np.random.default_rng(2)
+    path.write_text("".join(f"{s} |x " + " ".join(f"{v:.5f}" for v in row) + "\n"
+                            for s, row in enumerate(rng.random((150_000, 8)))))  # fmt: skip
+    deserializer = CTFDeserializer(path, STREAMS, chunk_size_in_bytes=2 << 20)
+    roomy = MinibatchSource(deserializer, memory_budget_bytes=1 << 30, num_parse_threads=0, randomize=False)
+    report = roomy.memory_budget
+    assert report is not None and report.split_chunks == (available_cores() > 1)
+    parsed = report.largest_chunk_bytes
+    budget = (2 << 20) + 2 * parsed + parsed // 2  # the text and two parsed chunks, not the runs besides
+    source = MinibatchSource(
+        deserializer, memory_budget_bytes=budget, num_parse_threads=0, randomize=False, max_sweeps=1
+    )
+    assert source.memory_budget is not None and not source.memory_budget.split_chunks
+    assert not source._cache.split
+    assert sum(len(batch.provenance.units) for batch in iter(lambda: source.next_minibatch(5000), {})) == 150_000

@@ -33,12 +33,14 @@ class ChunkCache:
     as (deserializer, slot, sweep): a chunk that varies by sweep is read for that sweep, and a slot holding
     another sweep's copy is loaded again.
 
-    ``threads`` background parsers prefetch chunks; 0 parses on demand in the calling thread.
+    ``threads`` background parsers prefetch chunks; 0 parses on demand in the calling thread. ``split=False`` parses
+    every chunk on one thread (a memory budget's choice: a chunk split into runs holds them until they are joined).
     """
 
-    def __init__(self, corpus: Corpus, threads: int, clock: StageClock | None = None):
+    def __init__(self, corpus: Corpus, threads: int, clock: StageClock | None = None, split: bool = True):
         self.corpus = corpus
         self.threads = threads
+        self.split = split
         self.clock = clock if clock is not None else StageClock()
         self.store = _native.ChunkStore(
             [
@@ -178,6 +180,8 @@ class ChunkCache:
         """Threads the chunk starting to load may use: itself, and the parse threads no other load keeps busy (all
         the cores when chunks are parsed in the reading thread). The last chunk the reader waits for takes every
         parse thread: the loads still running end soon, and their threads then help instead of idling."""
+        if not self.split:
+            return 1
         if self._executor is None:
             return available_cores()
         if self.exchange is not None:  # loader workers: the processes are the parallelism (a split chunk's runs would

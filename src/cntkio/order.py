@@ -12,7 +12,7 @@ is computed from a window of chunks when the reader reaches it, so memory is O(w
   ``s + window``; only the chunks whose key range covers a block contribute to it, so at any point at most
   a window of chunks is needed. When chunks are tiny (an image each), consecutive intervals are merged until
   a block holds about ``BLOCK_UNITS`` units, at most ``window / 8`` intervals: the work per block is then paid
-  per ~8 units rather than per unit, and a block needs at most 1/16 of a window more chunks. The order is the
+  per ~8 units rather than per unit, and a block needs at most 1/8 of a window more chunks. The order is the
   same either way (blocks only cut it into pieces).
 * ``compat=True``: CNTK's BlockRandomizer exactly (MT19937-64, its swap shuffles, sweep k seeded with
   ``seed + k``); block k = the positions of randomized chunk k. This order is computed for the whole sweep
@@ -32,6 +32,7 @@ from .arrays import exclusive_cumsum
 from .corpus import Corpus
 
 BLOCK_UNITS = 8  # default randomization: blocks of tiny chunks are merged until they hold about this many units
+BLOCK_SPAN = 8  # a merged block's keys span at most 1/BLOCK_SPAN of the window (it needs that many more chunks)
 
 
 @dataclass(frozen=True)
@@ -271,7 +272,7 @@ def _bucket_bounds(bounds: np.ndarray, starts: np.ndarray, units: np.ndarray, wi
     np.add.at(delta, bounds.searchsorted(starts), units / window)
     np.add.at(delta, bounds.searchsorted(starts + window), -units / window)
     expected = np.concatenate([[0.0], np.cumsum(np.cumsum(delta)[:-1] * np.diff(bounds))])
-    span = max(1.0, window / 8)
+    span = max(1.0, window / BLOCK_SPAN)
     cuts = [0]
     while cuts[-1] < len(bounds) - 1:
         at = cuts[-1]
@@ -284,10 +285,15 @@ def _bucket_bounds(bounds: np.ndarray, starts: np.ndarray, units: np.ndarray, wi
 def _merged_bounds(bounds: np.ndarray, units: int, window_chunks: float, block_units: int) -> np.ndarray:
     """Block bounds: every ``step``-th of the key interval bounds, so that a block holds about ``block_units`` units
     (on average), with ``step`` at most an eighth of the window (in chunks)."""
-    intervals = len(bounds) - 1
-    if intervals <= 1 or units <= 0:
-        return bounds
-    step = min(math.ceil(block_units * intervals / units), max(1, int(window_chunks // 8)))
+    step = merge_step(len(bounds) - 1, units, window_chunks, block_units)
     if step <= 1:
         return bounds
     return np.concatenate([bounds[:-1:step], bounds[-1:]])
+
+
+def merge_step(intervals: int, units: int, window_chunks: float, block_units: int = BLOCK_UNITS) -> int:
+    """Key intervals merged into one block (:func:`_merged_bounds`): enough for ``block_units`` units on average,
+    at most 1/:data:`BLOCK_SPAN` of the window (in chunks)."""
+    if intervals <= 1 or units <= 0:
+        return 1
+    return min(math.ceil(block_units * intervals / units), max(1, int(window_chunks // BLOCK_SPAN)))

@@ -56,9 +56,9 @@ class MinibatchSource:
     ``compat`` (CNTK's exact randomization order), ``data_slice`` (read only a deterministic slice of
     the sequences, e.g. ``"[10%:20%]"`` or ``"[:5000]"``), ``prefetch``, ``num_parse_threads`` (default: the cores
     this process may use) and ``memory_budget_bytes`` (the parsed data held — window, prefetch — stays within it:
-    the randomization window is shrunk to what fits, logged and reported in :attr:`memory_budget`; a budget that
-    cannot hold one chunk is an error). Without a budget the window is CNTK's: it holds ``window`` parsed chunks
-    (128 by default: with 32 MB CTF chunks, a few GB).
+    the randomization window is shrunk to what fits, then the parse threads and the chunks they prefetch, logged
+    and reported in :attr:`memory_budget`; a budget that cannot hold what one read needs is an error). Without a
+    budget the window is CNTK's: it holds ``window`` parsed chunks (128 by default: with 32 MB CTF chunks, a few GB).
     Sweeps run on from each other: a minibatch may end one sweep and start the next (``end_of_sweep``).
     CNTK 2.0's keywords are accepted with a ``DeprecationWarning`` (:mod:`cntkio.legacy`): ``epoch_size``
     (= ``max_samples``; 0 = one sweep), ``randomization_window`` (chunks, or samples with
@@ -197,10 +197,13 @@ class MinibatchSource:
             self.randomization, self.memory_budget = window_within(
                 int(memory_budget_bytes), self._corpus, self.randomization, threads
             )
+            threads = self.memory_budget.threads  # fewer when the budget cannot hold a chunk ahead per thread
         self._epoch = 0
         self._epoch_end = self._compute_epoch_end()
         self._cursor = Cursor(self._corpus, self.randomization)
-        self._cache = ChunkCache(self._corpus, threads, self._clock)
+        self._cache = ChunkCache(
+            self._corpus, threads, self._clock, split=self.memory_budget is None or self.memory_budget.split_chunks
+        )
         self._assembler = Assembler(self._corpus, self._cache)
         self._slots = BpttSlots(self.truncation_length)
         self._planned: tuple[Any, ...] | None = None  # the block whose chunks are loaded
