@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .cursor import ALL_CONSUMED
+from .error_ledger import check_state as check_ledger
+from .error_ledger import merge_states as merge_ledgers
 from .errors import ConfigError
 
 CHECKPOINT_VERSION = 3
@@ -80,6 +82,12 @@ def _layers(value: Any) -> dict[str, list[list[Any]]]:
             checked.append([count, cursors])
         layers[str(int(sweep))] = checked
     return layers
+
+
+def _ledgers(value: Any) -> list[Any]:
+    if not isinstance(value, list):
+        raise ConfigError(f"checkpoint: errors must be a list of error ledgers, got {type(value).__name__}")
+    return value
 
 
 def _bptt(value: Any) -> dict[str, Any] | None:
@@ -156,6 +164,7 @@ def validate(state: Any, fingerprint: str) -> dict[str, Any]:
             "layers": _layers(cursor["layers"]),
         },
         "bptt_slots": _bptt(state.get("bptt_slots")),
+        "errors": None if state.get("errors") is None else [check_ledger(s) for s in _ledgers(state["errors"])],
     }
     if state.get("digest") != digest(state):
         raise ConfigError("checkpoint: the state was modified or damaged (its digest does not match its contents)")
@@ -203,12 +212,16 @@ def merge_checkpoints(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             c["position"] if c["sweep"] == sweep else (ALL_CONSUMED if c["sweep"] > sweep else 0) for c in ordered
         ]
         layers[str(sweep)] = [*inherited, [count, cursors]]
-    return seal(
-        {
-            "version": CHECKPOINT_VERSION,
-            "minibatchSourcePosition": earliest["minibatchSourcePosition"],
-            "fingerprint": earliest["fingerprint"],
-            "epoch": earliest["epoch"],
-            "cursor": {**first, "partitioning": None, "layers": layers},
-        }
-    )
+    merged = {
+        "version": CHECKPOINT_VERSION,
+        "minibatchSourcePosition": earliest["minibatchSourcePosition"],
+        "fingerprint": earliest["fingerprint"],
+        "epoch": earliest["epoch"],
+        "cursor": {**first, "partitioning": None, "layers": layers},
+    }
+    ledgers = [s["errors"] for s in checked if s["errors"] is not None]  # each deserializer's, in order
+    if ledgers:
+        if len({len(ledger) for ledger in ledgers}) != 1:
+            raise ConfigError("merge_checkpoints: the states list different numbers of error ledgers")
+        merged["errors"] = [merge_ledgers(same_ledger) for same_ledger in zip(*ledgers)]
+    return seal(merged)

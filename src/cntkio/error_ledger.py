@@ -377,9 +377,9 @@ class ErrorLedger:
             "recorded": [_error_to_row(e, files, kinds.index(kind)) for e, kind in first],
         }
 
-    def set_state(self, state: Mapping[str, Any], chunks: int) -> None:
-        """Replaces the ledger with a state of :meth:`get_state` (checked by :func:`check_state`) of a deserializer
-        with ``chunks`` chunks."""
+    def check_restorable(self, state: Mapping[str, Any], chunks: int) -> None:
+        """Whether a state (checked by :func:`check_state`) fits this ledger of a deserializer with ``chunks``
+        chunks: ``ConfigError`` if not."""
         counts = state["counts"]
         if any(chunk >= chunks for chunk, _, _, _ in counts):
             raise ConfigError(f"checkpoint: the error ledger of {self.file or 'a reader'} names a chunk outside it")
@@ -389,6 +389,13 @@ class ErrorLedger:
                 f"checkpoint: the error ledger of {self.file or 'a reader'} counts {total} errors, more than "
                 f"max_errors={self.max_errors}"
             )
+
+    def set_state(self, state: Mapping[str, Any], chunks: int) -> None:
+        """Replaces the ledger with a state of :meth:`get_state` (checked by :func:`check_state`) of a deserializer
+        with ``chunks`` chunks."""
+        self.check_restorable(state, chunks)
+        counts = state["counts"]
+        total = sum(n for _, _, _, n in counts)
         kinds, files = state["kinds"], state["files"]
         restored = [_Single(_row_to_error(row, files), kinds[row[7]]) for row in state["recorded"]]
         with self._lock:
@@ -495,6 +502,22 @@ def ledgers_of(deserializers: Sequence[Any]) -> list[tuple[ErrorLedger, Any]]:
         elif isinstance(getattr(deserializer, "errors", None), ErrorLedger):
             found.append((deserializer.errors, deserializer))
     return found
+
+
+def restored_ledgers(
+    ledgers: list[tuple[ErrorLedger, Any]], states: list[dict[str, Any]] | None
+) -> list[tuple[tuple[ErrorLedger, Any], dict[str, Any]]]:
+    """Each ledger of a source with the state it restores from: a checkpoint without ledgers empties them (it was
+    taken before any error was counted); deserializers that show no ledger (wrapped) keep theirs."""
+    if not ledgers:
+        return []
+    if states is None:
+        states = [{"kinds": [], "files": [], "counts": [], "recorded": []}] * len(ledgers)
+    if len(states) != len(ledgers):
+        raise ConfigError(
+            f"checkpoint: it holds {len(states)} error ledgers; this source's deserializers have {len(ledgers)}"
+        )
+    return list(zip(ledgers, states))
 
 
 def report(ledgers: Sequence[ErrorLedger], limit: int = 20, arrays: bool = False) -> ErrorReport:

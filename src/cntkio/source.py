@@ -25,6 +25,8 @@ from .corpus import SWEEP_VERSIONS, Corpus
 from .cursor import Cursor, Selection
 from .data_slice import parse_slice
 from .deserializer import Deserializer, DeserializerGroup, flatten_deserializers
+from .error_ledger import ErrorReport, ledgers_of, restored_ledgers
+from .error_ledger import report as error_report
 from .errors import CNTKIOError, ConfigError
 from .join import JoinReport, LengthMismatch
 from .legacy import build_deferred, deprecated, sequence_limit, source_keywords
@@ -710,6 +712,9 @@ class MinibatchSource:
             }
             if self.truncation_length:
                 state["bptt_slots"] = self._slots.state()
+            ledgers = ledgers_of(self._corpus.deserializers)
+            if any(ledger.count for ledger, _ in ledgers):  # (without errors, a restore empties the ledgers)
+                state["errors"] = [ledger.get_state() for ledger, _ in ledgers]
             return seal(state)
 
     def restore_from_checkpoint(self, state: Mapping[str, Any]) -> None:
@@ -735,11 +740,22 @@ class MinibatchSource:
             cursor.set_state(checked["cursor"])
             if cursor.position != checked["minibatchSourcePosition"]:
                 raise ConfigError("checkpoint: minibatchSourcePosition does not match the cursor (a modified state?)")
+            ledgers = restored_ledgers(ledgers_of(self._corpus.deserializers), checked["errors"])
+            for (ledger, deserializer), ledger_state in ledgers:
+                ledger.check_restorable(ledger_state, deserializer.num_chunks())
+            for (ledger, deserializer), ledger_state in ledgers:
+                ledger.set_state(ledger_state, deserializer.num_chunks())
             self._cursor = cursor
             self._slots.restore(bptt)
             self._epoch = checked["epoch"]
             self._epoch_end = self._compute_epoch_end()
             self._planned = None
+
+    def error_report(self, limit: int = 20, arrays: bool = False) -> ErrorReport:
+        """The bad records counted under ``max_errors`` (:class:`~cntkio.error_ledger.ErrorReport`): counts by kind
+        and by file, the first ``limit`` located errors (messages built now), and with ``arrays=True`` every error
+        held as columns. It survives a checkpoint and restore (counts, and the first errors located)."""
+        return error_report([ledger for ledger, _ in ledgers_of(self._corpus.deserializers)], limit, arrays)
 
     def _restore_position(self, position: int) -> None:
         self._cursor.seek(position)

@@ -131,11 +131,13 @@ class CBFDeserializer(Sharded, FileBacked, IndexedDeserializer):
 
     def get_chunk(self, chunk_id: int) -> ParsedChunk:
         self._chunk_range(chunk_id)
-        self.data_file.check_unchanged("indexed")
+        self.data_file.require_open()
         try:
             columns = self._file.decode(chunk_id)
         except _native.CbfError as error:
+            self.data_file.check_unchanged("indexed")  # a changed file explains the damage
             raise self._format_error(error) from None
+        self.data_file.check_unchanged("indexed")  # after the read: a change before or during it is seen
         chunk = ParsedChunk()
         for info, number in zip(self._infos, self._columns):
             values, seq_offsets, indices, indptr = columns[number]

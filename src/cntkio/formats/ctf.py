@@ -306,7 +306,7 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
         starts = self._offsets[a:b].astype(np.int64)
         ends = starts + self._sizes[a:b]
         start, end = int(starts[0]), int(ends[-1])
-        self.data_file.check_unchanged("indexed")
+        self.data_file.require_open()
         try:
             streams, errors, stats = _native.ctf_parse(
                 self.data_file.fd,
@@ -323,10 +323,12 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
                 lengths=self._index.lengths[a:b].astype(np.int64),  # output buffers sized once
             )
         except _native.ShortRead:
+            self.data_file.check_unchanged("indexed")
             raise FormatError(
                 "the file is shorter than when it was indexed (truncated while being read?)",
                 Location(self.filename, end),
             ) from None
+        self.data_file.check_unchanged("indexed")  # after the read: a change before or during it is seen
         invalid = None
         if len(errors):
             rows = ErrorRows.from_native(errors, a)

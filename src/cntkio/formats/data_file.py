@@ -54,6 +54,20 @@ class FileIdentity(NamedTuple):
         return found
 
 
+def check_open_file(fd: int, path: str, identity: FileIdentity, since: str) -> None:
+    """Raises a :class:`FormatError` naming ``path`` and what changed when the file open as ``fd`` is no longer
+    as ``identity`` says (one ``fstat``); see :meth:`DataFile.check_unchanged`."""
+    info = os.fstat(fd)
+    now = FileIdentity.of(info)
+    if now == identity or (info.st_nlink == 0 and now[:4] == identity[:4]):
+        return
+    raise FormatError(
+        f"the file changed since it was {since} ({'; '.join(identity.changes(now))}); reopen it to read the new "
+        "contents",
+        Location(path, min(info.st_size, identity.size)),
+    )
+
+
 class DataFile:
     """An open regular file: ``fd``, ``size`` and its :class:`FileIdentity` when it was opened (``identity``).
 
@@ -101,15 +115,7 @@ class DataFile:
         was: the change time its unlinking set, with the size and modification time kept, is not a change.
         """
         self.require_open()
-        info = os.fstat(self.fd)
-        now = FileIdentity.of(info)
-        if now == self.identity or (info.st_nlink == 0 and now[:4] == self.identity[:4]):
-            return
-        raise FormatError(
-            f"the file changed since it was {since} ({'; '.join(self.identity.changes(now))}); reopen it to read "
-            "the new contents",
-            Location(self.path, min(info.st_size, self.identity.size)),
-        )
+        check_open_file(self.fd, self.path, self.identity, since)
 
     def fingerprint(self) -> list[Any]:
         """Name, size and modification time: what identifies the data in a checkpoint."""

@@ -360,13 +360,14 @@ class RecordDeserializer(FileBacked, IndexedDeserializer):
         a, b = self._chunk_range(chunk_id)
         number = int(self._chunk_files[chunk_id])
         file = self._files[number]
-        if file.fd < 0:
-            raise ValueError(f"{file.path}: the deserializer is closed")
-        file.check_unchanged("indexed")
+        file.require_open()
         begin = int(self._starts[a])
         last = b == int(self._file_first_record[number + 1])
         end = file.size if last else int(self._starts[b])
-        buffer = _pread_exact(file, begin, end - begin)
+        try:
+            buffer = _pread_exact(file, begin, end - begin)
+        finally:  # after the read (a change before or during it is seen), also explaining a short one
+            file.check_unchanged("indexed")
         starts = self._starts[a:b] - begin
         if self.framing == "lines":
             array = np.frombuffer(buffer, dtype=np.uint8)
