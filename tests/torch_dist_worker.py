@@ -82,7 +82,9 @@ def _run_rank(args: argparse.Namespace) -> None:
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=args.rank, world_size=args.world)
     try:
-        dataset = MinibatchDataset(functools.partial(make_source, args.data), MINIBATCH)
+        # equal_steps "pad" by default here: these runs check that one epoch reads every sequence exactly once
+        equal_steps = None if args.equal_steps == "off" else args.equal_steps
+        dataset = MinibatchDataset(functools.partial(make_source, args.data), MINIBATCH, equal_steps=equal_steps)
         if args.resume:
             dataset.load_state_dict(json.loads(Path(args.resume).read_text()))
         keys: list[Any] = []
@@ -115,6 +117,7 @@ def main() -> None:
     parser.add_argument("--num-workers", type=int, default=0)
     parser.add_argument("--stop-after", type=int, default=0)
     parser.add_argument("--resume", default="")
+    parser.add_argument("--equal-steps", default="pad", choices=["carry", "pad", "off"])
     _run_rank(parser.parse_args())
 
 

@@ -10,6 +10,10 @@ size is refused with an explanation).
 
 * Ranks: each ``torch.distributed`` rank (rank and world size taken from ``torch.distributed`` when it is
   initialised) reads its own partition of every sweep, so across ranks each sequence is read once.
+* Equal steps (:mod:`cntkio.equal_steps`): with ``torch.distributed`` initialised with more than one rank, every rank
+  yields the same number of minibatches per epoch (``equal_steps="carry"``, the default: all stop at the fewest and
+  carry the rest into the next epoch; ``"pad"``: all go on to the most, a rank out of data yielding empty batches of
+  ``weight`` 0), so ranks stepping together do not hang at the end of an epoch; ``equal_steps=None`` turns it off.
 * Workers: a rank's minibatches are numbered 0, 1, 2, ...; loader worker ``w`` of ``W`` produces those
   with number ``k % W == w`` and skips the others without reading them. The loader hands batches out
   round-robin, so the stream a rank sees is the same for every ``num_workers``.
@@ -39,6 +43,8 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from . import layouts, shm, torch_transport
+from .equal_steps import EqualSteps, RankStream, SharedCarry, check_rule
+from .errors import ConfigError
 from .minibatch import Minibatch, MinibatchData
 from .shared_chunks import ChunkExchange
 from .source import MinibatchSource
@@ -59,7 +65,8 @@ class TorchMinibatch:
     id of each sequence. By default (``"auto"``) dense streams are ``[batch, *shape]`` when every sequence has one
     sample (zero-copy from NumPy), otherwise padded ``[batch, max_len, *shape]``, and sparse streams are CSR tensors
     with one row per sample. ``keys`` (the provenance of each sequence) is computed when first asked for, or when
-    the batch leaves a loader worker process.
+    the batch leaves a loader worker process. ``weight`` is 0 on the empty batches that pad a rank's epoch to the
+    steps of the others (``equal_steps="pad"``), else 1.
     """
 
     tensors: dict[str, Any]
@@ -70,6 +77,7 @@ class TorchMinibatch:
     index: int = 0
     masks: dict[str, torch.Tensor] = field(default_factory=dict)
     offsets: dict[str, torch.Tensor] = field(default_factory=dict)
+    weight: float = 1.0
 
     @property
     def keys(self) -> list[Any]:
@@ -356,6 +364,9 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
         layout: one of :data:`LAYOUTS` for every stream, or ``{stream name: layout}`` (streams not named:
             ``"auto"``), e.g. ``{"words": "token_ids", "intent": "per_sequence"}`` for ATIS-like data.
         pad_id: the id padding ``"token_ids"`` streams (their ``masks`` tell padding apart).
+        equal_steps: ``"carry"`` or ``"pad"``: every rank yields the same number of minibatches per epoch by that
+            rule (:mod:`cntkio.equal_steps`); None: each rank reads its partition to its end; ``"auto"``: ``"carry"``
+            when the ranks come from ``torch.distributed`` with more than one and the source has epochs.
     """
 
     def __init__(
@@ -367,8 +378,11 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
         partition_index: int | None = None,
         layout: str | Mapping[str, str] = "auto",
         pad_id: int = 0,
+        equal_steps: str | None = "auto",
     ):
         super().__init__()
+        if equal_steps not in (None, "auto"):
+            check_rule(equal_steps)
         layouts = [layout] if isinstance(layout, str) else list(layout.values())
         for name in layouts:
             if name not in LAYOUTS:
@@ -379,6 +393,9 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
         self.partition_index = partition_index
         self.layout = layout if isinstance(layout, str) else dict(layout)
         self.pad_id = int(pad_id)
+        self.equal_steps = equal_steps
+        self._carry = SharedCarry()  # what the latest epoch planned carries into the next, for every process
+        self._planner: EqualSteps | None = None
         self._resume: dict[str, Any] | None = None
         self._last_state: dict[str, Any] | None = None
         self._live: set[MinibatchSource] = set()
@@ -418,27 +435,41 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
         index = base = 0
         resume, self._resume = self._resume, None  # a loaded state applies to the next iteration only
         try:
-            if resume is None and epoch and not source.is_infinite():
+            planner = self._equal_steps_planner(source, partitions)
+            stream = None if planner is None else self._rank_stream(planner, source, epoch, rank, resume)
+            if resume is None and epoch and not source.is_infinite() and stream is None:
                 source.start_epoch(epoch)
             if resume is not None:
-                source.restore_from_checkpoint(resume["source"])
+                if stream is None:
+                    source.restore_from_checkpoint(resume["source"])
                 index = int(resume["minibatch_index"])
                 base = int(resume.get("worker_base", index))
-            while True:
+            while stream is None or not stream.done:  # (equal steps: the plan's steps; else to the data's end)
                 if exchange is not None:
                     exchange.at(index)
-                if worker_of(index, workers, base) != worker_id:
-                    if not source.skip_minibatch(self.minibatch_size, partitions, rank):
+                mine = worker_of(index, workers, base) == worker_id
+                if stream is not None and stream.padding:
+                    stream.pad()
+                    index += 1
+                    if mine:
+                        yield self._padding(source, stream, epoch, index, base)
+                    continue
+                if not mine:
+                    if stream is not None:
+                        stream.read(gather=False)
+                    elif not source.skip_minibatch(self.minibatch_size, partitions, rank):
                         return
                     index += 1
                     continue
-                minibatch = source.next_minibatch(self.minibatch_size, num_data_partitions=partitions,
-                                                  partition_index=rank)  # fmt: skip
+                if stream is not None:
+                    minibatch: Minibatch | dict[Any, MinibatchData] | None = stream.read()
+                else:
+                    minibatch = source.next_minibatch(self.minibatch_size, num_data_partitions=partitions,
+                                                      partition_index=rank)  # fmt: skip
                 if not isinstance(minibatch, Minibatch):
                     return
                 index += 1
-                state = {"source": source.get_checkpoint_state(), "minibatch_index": index, "epoch": epoch}
-                self._last_state = {**state, "worker_base": base}
+                state = self._state(source, stream, epoch, index, base)
                 streams = {info.name: stream_tensors(data, self._layout_of(info.name), self.pad_id)
                            for info, data in minibatch.items()}  # fmt: skip
                 batch = TorchMinibatch(
@@ -460,6 +491,85 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
             self._live.discard(source)
             if exchange is not None:
                 exchange.close()
+
+    def _equal_steps_planner(self, source: MinibatchSource, partitions: int) -> EqualSteps | None:
+        """The planner of this dataset's equal steps (kept across the iterations of this process), or None."""
+        rule = self.equal_steps
+        if rule == "auto":
+            rule = "carry" if self.num_partitions is None and partitions > 1 and not source.is_infinite() else None
+        if rule is None:
+            return None
+        if source.is_infinite():
+            raise ValueError(f"equal_steps={rule!r} needs epochs: set max_samples or max_sweeps on the source")
+        planner = self._planner
+        if planner is None or (planner.rule, planner.minibatch_size, planner.partitions) != (
+            rule, self.minibatch_size, partitions
+        ):
+            planner = self._planner = EqualSteps(rule, self.minibatch_size, partitions, self._carry)
+        return planner
+
+    def _rank_stream(
+        self, planner: EqualSteps, source: MinibatchSource, epoch: int, rank: int, resume: dict[str, Any] | None
+    ) -> RankStream:
+        """This rank's stream of ``epoch`` under the equal-steps plan, positioned at its first minibatch, or where
+        ``resume`` was taken (a state of this partitioning carries its epoch's plan; a merged state starts a plan of
+        its own)."""
+        if resume is None:
+            plan = planner.plan(source, epoch)
+            planner.locate(source, plan, rank)
+            return RankStream(source, planner, plan, rank)
+        if resume.get("equal_steps") is None:
+            cursor = resume["source"].get("cursor") if isinstance(resume["source"], Mapping) else None
+            if int(resume.get("minibatch_index", 0)) or (isinstance(cursor, Mapping) and cursor.get("partitioning")):
+                raise ConfigError(
+                    "checkpoint: a rank's own state without an equal-steps plan (taken with equal_steps=None): the "
+                    "ranks' positions differ, so they cannot agree on their steps; resume from the merged state "
+                    "of every rank (gather_state / merge_states), or with equal_steps=None"
+                )
+            plan = planner.plan_from(source, resume["source"], epoch)
+            planner.locate(source, plan, rank)
+            return RankStream(source, planner, plan, rank)
+        plan = planner.check(source, resume["equal_steps"], epoch)
+        source.restore_from_checkpoint(resume["source"])
+        return RankStream(source, planner, plan, rank, int(resume["minibatch_index"]))
+
+    def _state(
+        self, source: MinibatchSource, stream: RankStream | None, epoch: int, index: int, base: int
+    ) -> dict[str, Any]:
+        """The state after minibatch ``index - 1``, also kept as this dataset's last state."""
+        state = {"source": source.get_checkpoint_state(), "minibatch_index": index, "epoch": epoch}
+        if stream is not None:
+            state["equal_steps"] = stream.plan.state()
+        self._last_state = {**state, "worker_base": base}
+        return state
+
+    def _padding(
+        self, source: MinibatchSource, stream: RankStream, epoch: int, index: int, base: int
+    ) -> TorchMinibatch:
+        """An empty batch of weight 0: this rank's step while the others still read data (rule "pad")."""
+        streams, lengths = {}, {}
+        for info in source.stream_infos():
+            sparse = info.is_sparse
+            empty = MinibatchData(
+                info,
+                np.zeros(0 if sparse else (0, *info.shape), dtype=info.dtype),
+                np.zeros(0, dtype=np.int64),
+                False,
+                indices=np.zeros(0, dtype=np.int32) if sparse else None,
+                indptr=np.zeros(1, dtype=np.int64) if sparse else None,
+            )
+            streams[info.name] = stream_tensors(empty, self._layout_of(info.name), self.pad_id)
+            lengths[info.name] = torch.zeros(0, dtype=torch.int64)
+        return TorchMinibatch(
+            tensors={name: tensors.value for name, tensors in streams.items()},
+            lengths=lengths,
+            masks={name: tensors.mask for name, tensors in streams.items() if tensors.mask is not None},
+            offsets={name: tensors.offsets for name, tensors in streams.items() if tensors.offsets is not None},
+            provenance=_Keys((), np.zeros(0, dtype=np.uint8), np.zeros(0, dtype=np.int64)),
+            state=self._state(source, stream, epoch, index, base),
+            index=index - 1,
+            weight=0.0,
+        )
 
     def _exchange(self, source: MinibatchSource, epoch: int, worker: int, workers: int) -> ChunkExchange | None:
         """Loader workers share the chunks they parse (each chunk parsed once per epoch by one of them)."""

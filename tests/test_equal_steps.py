@@ -1,0 +1,322 @@
+"""Equal steps (cntkio.equal_steps): every rank yields the same number of minibatches per epoch, by the rule "carry"
+(all stop at the fewest, the rest read first in the next epoch) or "pad" (all go on to the most with empty batches of
+weight 0); gloo jobs of 3 and 4 ranks stepping together through several epochs; plans from the index alone."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import socket
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("torch")
+sys.path.insert(0, str(Path(__file__).parent))
+import torch_dist_worker as data_helpers
+from cntkio import ConfigError, CTFDeserializer, MinibatchSource, StreamDef, StreamDefs
+from cntkio.equal_steps import EqualSteps, EqualStepsReader
+from cntkio.torch import MinibatchDataset
+
+WORKER = Path(__file__).parent / "equal_steps_worker.py"
+MINIBATCH = 16
+SEQUENCES = 300
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("equal_steps") / "uneven.ctf"
+    data_helpers.write_ctf(path, SEQUENCES, max_length=9)  # 500-byte chunks of 1..9-sample sequences: uneven shares
+    return str(path)
+
+
+def natural_streams(path: str, ranks: int, epochs: int, minibatch: int = MINIBATCH) -> list[list[list[Any]]]:
+    """Per rank, per epoch, the keys of each minibatch the rank reads of its partition without equal steps."""
+    streams = []
+    for rank in range(ranks):
+        per_epoch = []
+        for epoch in range(epochs):
+            with data_helpers.make_source(path) as source:
+                source.start_epoch(epoch)
+                minibatches = source.iter_minibatches(minibatch, num_data_partitions=ranks, partition_index=rank)
+                per_epoch.append([[key for _, key in mb.sequence_keys] for mb in minibatches])
+        streams.append(per_epoch)
+    return streams
+
+
+def launch(directory: Path, path: str, world: int, **options: Any) -> list[dict[str, Any]]:
+    directory.mkdir()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    processes, outs = [], []
+    for rank in range(world):
+        out = directory / f"rank{rank}.json"
+        command = [sys.executable, str(WORKER), "--data", path, "--port", str(port), "--rank", str(rank)]
+        command += ["--world", str(world), "--out", str(out)]
+        for name, value in options.items():
+            command += [f"--{name.replace('_', '-')}", str(value)]
+        log = (directory / f"rank{rank}.log").open("wb")
+        processes.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT))
+        outs.append(out)
+    try:
+        codes = [process.wait(timeout=600) for process in processes]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    logs = "\n".join((directory / f"rank{rank}.log").read_text()[-3000:] for rank in range(world))
+    assert codes == [0] * world, logs
+    return [json.loads(out.read_text()) for out in outs]
+
+
+def test_the_ranks_shares_are_uneven(data: str) -> None:
+    """The premise: without equal steps, 3 and 4 ranks read different numbers of minibatches per epoch (ranks
+    stepping together would wait forever at the end of it)."""
+    with data_helpers.make_source(data) as source:
+        for ranks in (3, 4):
+            counts = [len(sizes) for sizes in source.partition_minibatches(MINIBATCH, ranks, epoch=0)]
+            assert len(set(counts)) > 1, counts
+
+
+@pytest.mark.parametrize(("world", "rule", "num_workers"), [(3, "auto", 2), (4, "carry", 0), (4, "pad", 2)])
+def test_gloo_ranks_step_together_and_read_exactly_once(
+    data: str, tmp_path: Path, world: int, rule: str, num_workers: int
+) -> None:
+    epochs = 3
+    ranks = launch(tmp_path / "job", data, world, rule=rule, epochs=epochs, num_workers=num_workers)
+    natural = natural_streams(data, world, epochs)
+    for epoch in range(epochs):
+        steps = {rank["epochs"][epoch]["steps"] for rank in ranks}
+        assert len(steps) == 1, f"epoch {epoch}: steps {steps}"  # no hang: every rank took every collective step
+    if rule == "pad":
+        for epoch in range(epochs):
+            keys = [key for rank in ranks for key in rank["epochs"][epoch]["keys"]]
+            assert sorted(Counter(keys).items()) == [(key, 1) for key in range(SEQUENCES)]  # each epoch exactly once
+            for rank, stream in zip(ranks, natural, strict=True):
+                weights = rank["epochs"][epoch]["weights"]
+                own = len(stream[epoch])
+                assert weights == [1.0] * own + [0.0] * (len(weights) - own)  # padding after the data, weight 0
+        return
+    for rank, stream in zip(ranks, natural, strict=True):  # carry: each rank's stream runs on across epochs, in order
+        delivered = [key for epoch in rank["epochs"] for key in epoch["keys"]]
+        whole = [key for epoch in stream for minibatch in epoch for key in minibatch]
+        assert delivered == whole[: len(delivered)]
+        carried = rank["epochs"][-1]["plan"]
+        left = sum(len(minibatch) for epoch in stream for minibatch in epoch) - len(delivered)
+        last_minibatches = [minibatch for epoch in stream for minibatch in epoch]
+        counted = carried["carried_in"][rank["rank"]] + carried["own"][rank["rank"]] - rank["epochs"][-1]["steps"]
+        assert left == sum(len(mb) for mb in last_minibatches[len(last_minibatches) - counted :])
+        assert all(weight == 1.0 for epoch in rank["epochs"] for weight in epoch["weights"])
+    assert any(rank["epochs"][0]["plan"]["own"] != rank["epochs"][0]["plan"]["own"][::-1] for rank in ranks)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    minibatch=st.integers(3, 60),
+    ranks=st.integers(1, 5),
+    epoch=st.integers(0, 2),
+    options=st.sampled_from(
+        [{}, {"randomize": False}, {"frame_mode": True}, {"max_sweeps": 2}, {"max_samples": 500},
+         {"bucket_by_length": 20}, {"truncation_length": 4}]
+    ),
+)  # fmt: skip
+def test_the_plan_counts_what_each_rank_reads(
+    data: str, minibatch: int, ranks: int, epoch: int, options: dict[str, Any]
+) -> None:
+    """The plan (vectorised for epochs of whole sweeps, else the skip walk) counts what each rank reads."""
+    if options.get("truncation_length") and minibatch < 4 * ranks:
+        minibatch = 4 * ranks
+    make = functools.partial(plain_source, data, **options)
+    with make() as source:
+        source.next_minibatch(7)  # the source's own position is kept
+        before = source.get_checkpoint_state()
+        planned = source.partition_minibatches(minibatch, ranks, epoch=epoch)
+        assert source.get_checkpoint_state() == before
+    for rank in range(ranks):
+        with make() as reader:
+            reader.start_epoch(epoch)
+            minibatches = reader.iter_minibatches(minibatch, num_data_partitions=ranks, partition_index=rank)
+            sizes = [mb["x"].num_samples for mb in minibatches]
+        if options.get("truncation_length"):  # BPTT: counted, with the budget as size
+            assert len(sizes) == len(planned[rank])
+        else:
+            assert sizes == planned[rank].tolist()
+
+
+def plain_source(path: str, **options: Any) -> MinibatchSource:
+    """A source over the test file with any MinibatchSource options (one sweep per epoch unless told)."""
+    streams = StreamDefs(x=StreamDef(field="x", shape=3), s=StreamDef(field="s", shape=50, is_sparse=True))
+    if "max_samples" not in options:
+        options.setdefault("max_sweeps", 1)
+    return MinibatchSource(CTFDeserializer(path, streams, chunk_size_in_bytes=500),
+                           randomization_window_in_chunks=3, randomization_seed=7, **options)  # fmt: skip
+
+
+def test_the_plan_from_a_merged_state_counts_what_each_new_rank_reads(data: str) -> None:
+    """A walk from a state with layers (an elastic resume) counts every rank alike (the walk of one rank used to
+    consume the layers the next rank's walk starts from)."""
+    states = []
+    for rank, reads in enumerate([2, 3, 5]):
+        with data_helpers.make_source(data) as source:
+            for _ in range(reads):
+                source.next_minibatch(MINIBATCH, num_data_partitions=3, partition_index=rank)
+            states.append(source.get_checkpoint_state())
+    merged = MinibatchSource.merge_checkpoints(states)
+    with data_helpers.make_source(data) as source:
+        planned = [len(sizes) for sizes in source.partition_minibatches(MINIBATCH, 2, state=merged)]
+    read = []
+    for rank in range(2):
+        with data_helpers.make_source(data) as source:
+            source.restore_from_checkpoint(merged)
+            read.append(sum(1 for _ in source.iter_minibatches(MINIBATCH, num_data_partitions=2, partition_index=rank)))
+    assert planned == read
+
+
+def run_ranks(path: str, ranks: int, rule: str, epochs: int) -> list[list[list[Any]]]:
+    """Every rank's batches (keys) per epoch through MinibatchDataset with explicit partitions, in this process."""
+    out = []
+    for rank in range(ranks):
+        dataset = MinibatchDataset(functools.partial(data_helpers.make_source, path), MINIBATCH,
+                                   num_partitions=ranks, partition_index=rank, equal_steps=rule)  # fmt: skip
+        out.append([[[key for _, key in batch.keys] for batch in dataset] for _ in range(epochs)])
+    return out
+
+
+@pytest.mark.parametrize("rule", ["carry", "pad"])
+def test_a_resumed_rank_continues_its_plan_exactly(data: str, rule: str) -> None:
+    whole = run_ranks(data, 3, rule, 2)[2]
+    dataset = MinibatchDataset(functools.partial(data_helpers.make_source, data), MINIBATCH,
+                               num_partitions=3, partition_index=2, equal_steps=rule)  # fmt: skip
+    first = [[key for _, key in batch.keys] for batch in dataset]
+    iterator = iter(dataset)
+    head = [next(iterator) for _ in range(5)]
+    state = json.loads(json.dumps(head[-1].state))
+    del iterator
+    resumed = MinibatchDataset(functools.partial(data_helpers.make_source, data), MINIBATCH,
+                               num_partitions=3, partition_index=2, equal_steps=rule)  # fmt: skip
+    resumed.load_state_dict(state)
+    rest = [[key for _, key in batch.keys] for batch in resumed]
+    assert [first, [[key for _, key in batch.keys] for batch in head] + rest] == whole
+
+
+def test_a_state_whose_plan_was_changed_is_refused(data: str) -> None:
+    dataset = MinibatchDataset(functools.partial(data_helpers.make_source, data), MINIBATCH,
+                               num_partitions=3, partition_index=1, equal_steps="carry")  # fmt: skip
+    state = next(iter(dataset)).state
+    state["equal_steps"]["own"][0] += 1
+    dataset.load_state_dict(state)
+    with pytest.raises(ConfigError, match="equal_steps counts"):
+        next(iter(dataset))
+    own = next(iter(MinibatchDataset(functools.partial(data_helpers.make_source, data), MINIBATCH,
+                                     num_partitions=3, partition_index=1, equal_steps=None))).state  # fmt: skip
+    dataset.load_state_dict(own)
+    with pytest.raises(ConfigError, match="without an equal-steps plan"):
+        next(iter(dataset))
+
+
+def test_padding_batches_are_empty_and_weigh_nothing(data: str) -> None:
+    with data_helpers.make_source(data) as source:
+        counts = [len(sizes) for sizes in source.partition_minibatches(MINIBATCH, 3, epoch=0)]
+    rank = int(np.argmin(counts))
+    dataset = MinibatchDataset(functools.partial(data_helpers.make_source, data), MINIBATCH, num_partitions=3,
+                               partition_index=rank, equal_steps="pad", layout={"s": "padded"})  # fmt: skip
+    batches = list(dataset)
+    assert len(batches) == max(counts)
+    padding = batches[counts[rank] :]
+    assert padding and all(b.weight == 0.0 and b.keys == [] for b in padding)
+    assert all(b.weight == 1.0 and b.keys for b in batches[: counts[rank]])
+    assert padding[0]["x"].shape[0] == 0 and padding[0]["s"].shape[0] == 0 and padding[0].masks["s"].shape[0] == 0
+
+
+def test_the_reader_for_other_frameworks_shares_the_rule(data: str) -> None:
+    steps = []
+    for rank in range(4):
+        reader = EqualStepsReader(data_helpers.make_source(data), MINIBATCH, 4, rank, rule="pad")
+        steps.append([sum(1 for _ in reader) for _ in range(2)])
+        plan = reader.last_plan
+        assert plan is not None and plan.report()["padded"][rank] == plan.steps - plan.own[rank]
+    assert len({tuple(s) for s in steps}) == 1
+    planner = EqualSteps("carry", MINIBATCH, 4)
+    with data_helpers.make_source(data) as source:
+        plans = [planner.plan(source, epoch) for epoch in range(3)]
+    for earlier, later in itertools.pairwise(plans):
+        assert later.carried_in == earlier.carried_out and min(later.carried_out) == 0
+
+
+def test_jax_batches_carry_the_keys_of_their_rows(data: str) -> None:
+    jax = pytest.importorskip("jax")
+    from cntkio.jax import JaxIterator
+
+    batches = JaxIterator(functools.partial(data_helpers.make_source, data), MINIBATCH, partition=(1, 0))
+    total = jax.jit(lambda batch: batch["x"].sum() + batch["mask"]["x"].sum())
+    keys = []
+    for batch in batches:
+        assert batch.sequence_keys == batches.last_keys and len(batch.sequence_keys) <= batch["x"].shape[0]
+        assert int(batch["lengths"]["x"].astype(bool).sum()) == len(batch.sequence_keys)
+        assert not any(isinstance(leaf, (list, str)) for leaf in jax.tree_util.tree_leaves(batch))  # keys stay out
+        total(batch)
+        keys += [key for _, key in batch.sequence_keys]
+    assert sorted(keys) == list(range(SEQUENCES))
+
+
+@pytest.mark.parametrize("rule", ["carry", "pad"])
+def test_jax_processes_share_the_rule(data: str, rule: str) -> None:
+    pytest.importorskip("jax")
+    from cntkio.jax import JaxIterator
+
+    ranks, epochs = 3, 2
+    natural = natural_streams(data, ranks, epochs)
+    streams = []
+    for rank in range(ranks):
+        batches = JaxIterator(functools.partial(data_helpers.make_source, data), MINIBATCH,
+                              partition=(ranks, rank), equal_steps=rule)  # fmt: skip
+        per_epoch = []
+        for _ in range(epochs):
+            per_epoch.append([[key for _, key in batch.sequence_keys] for batch in batches])
+        streams.append(per_epoch)
+    for epoch in range(epochs):
+        assert len({len(stream[epoch]) for stream in streams}) == 1  # the same steps on every process
+    for stream, own in zip(streams, natural, strict=True):
+        if rule == "pad":  # each epoch's own minibatches, then empty steps
+            assert all(s[: len(o)] == o and not any(s[len(o) :]) for s, o in zip(stream, own, strict=True))
+        else:  # the rank's stream runs on across epochs
+            delivered = [mb for epoch in stream for mb in epoch]
+            assert delivered == [mb for epoch in own for mb in epoch][: len(delivered)]
+
+
+@pytest.mark.parametrize("stop", [4, 0])
+def test_jax_and_the_plain_reader_resume_exactly_under_equal_steps(data: str, stop: int) -> None:
+    """A state taken mid-epoch (or at an epoch's end) resumes the rank's steps exactly, the carried ones too."""
+    pytest.importorskip("jax")
+    from cntkio.jax import JaxIterator
+
+    def make(kind: str) -> Any:
+        if kind == "jax":
+            return JaxIterator(functools.partial(data_helpers.make_source, data), MINIBATCH, partition=(3, 1),
+                               equal_steps="carry")  # fmt: skip
+        return EqualStepsReader(data_helpers.make_source(data), MINIBATCH, 3, 1, rule="carry")
+
+    def keys(batch: Any) -> list[Any]:
+        return [key for _, key in batch.sequence_keys]
+
+    for kind in ("jax", "reader"):
+        reference = make(kind)
+        whole = [keys(b) for _ in range(3) for b in reference]  # epochs 0, 1, 2
+        reader = make(kind)
+        head = [keys(b) for b in reader]  # epoch 0
+        iterator = iter(reader)
+        head += [keys(next(iterator)) for _ in range(stop)]  # and the first steps of epoch 1
+        resumed = make(kind)
+        resumed.set_state(json.loads(json.dumps(reader.get_state())))
+        rest = [keys(b) for _ in range(2) for b in resumed]  # the rest of epoch 1, then epoch 2
+        assert head + rest == whole, kind
