@@ -430,7 +430,7 @@ def test_zip_archives_pickle_and_workers(tmp_path: Path) -> None:
     assert read_image_bytes(images, 1, archives) == b"two" and len(archives._open) == 1
     copy = pickle.loads(pickle.dumps(archives))
     assert copy._open == {} and copy.paths == archives.paths and copy.read(0, "a/1.jpg") == b"one"
-    assert set(archives.__getstate__()) == {"map_file", "names", "paths"}
+    assert set(archives.__getstate__()) == {"map_file", "names", "paths", "_identities"}  # no open handle
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(1, mp_context=context) as pool:
         assert pool.submit(read_in_worker, archives, "a/2.jpg").result() == (b"two", 1)

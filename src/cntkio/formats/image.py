@@ -36,6 +36,7 @@ from .image_map import (
     index_base64,
     parse_image_map,
     read_image_bytes,
+    require_regular_base64,
 )
 from .image_pipeline import ImagePipeline, RandomDraws, key_hash, require_cv2
 from .shards import Sharded
@@ -155,6 +156,11 @@ class ImageDeserializerBase(IndexedDeserializer):
         """Where image ``image`` is named (file, line, key) for errors."""
         raise NotImplementedError
 
+    def _check_unchanged(self, first: int, end: int) -> None:
+        """After images ``first .. end - 1`` were read: raises if a file read by offset (through an index made when
+        it was opened) changed meanwhile (one ``fstat`` a file, not an image)."""
+        raise NotImplementedError
+
     # --- decoding ---------------------------------------------------------------------------------------------
     def _decode(self, data: bytes | None) -> np.ndarray | None:
         if data is None:
@@ -218,6 +224,7 @@ class ImageDeserializerBase(IndexedDeserializer):
             key = key_hash(self._image_keys[image])
             for view in range(views):
                 self.pipeline.run(decoded, RandomDraws((self.seed, sweep, key, view)), view, out=values[first + view])
+        self._check_unchanged(a // views, (b + views - 1) // views)  # after the reads: a change during them too
         offsets = np.arange(count + 1, dtype=np.int64)
         result = ParsedChunk({self._config.image_name: DenseStream(values, offsets)}, invalid=invalid)
         if self._config.label_name is not None:
@@ -378,6 +385,12 @@ class ImageDeserializer(ImageDeserializerBase):
     def _read(self, image: int) -> bytes | None:
         return read_image_bytes(self.images, image, self.archives)
 
+    def _check_unchanged(self, first: int, end: int) -> None:
+        """The zip archives the images came from (each read through the item table it had when opened); plain image
+        files are opened by path for every read (no index of them is kept, so each read is whole and current)."""
+        containers = self.images.container_ids[first:end]
+        self.archives.check_unchanged(np.unique(containers[containers >= 0]).tolist())
+
     def _where(self, image: int) -> Location:
         return self.images.location(image)
 
@@ -416,17 +429,30 @@ class Base64ImageDeserializer(Sharded, ImageDeserializerBase):
     )
 
     def _index_images(self, config: _Streams) -> tuple[KeyColumn, np.ndarray, int]:
-        self.index: Base64Index = index_base64(self.filename, label_dim=config.label_dim)
-        if len(self.index) == 0:
-            raise FormatError("the file holds no image", Location(self.filename, 0))
-        self._file = DataFile(self.filename, "Base64 image")
+        require_regular_base64(self.filename)
+        self._file = DataFile(self.filename, "Base64 image", allow_empty=True)  # indexed as opened, read by offset
+        try:
+            self.index: Base64Index = index_base64(self.filename, label_dim=config.label_dim, fd=self._file.fd)
+            self._file.check_unchanged("indexed")
+            if len(self.index) == 0:
+                raise FormatError("the file holds no image", Location(self.filename, 0))
+        except BaseException:
+            self._file.close()
+            raise
         return self.index.keys, self.index.labels, 1
 
     def _read(self, image: int) -> bytes | None:
+        self._file.require_open()
+        try:
+            return decode_base64_image_bytes(
+                self._file.fd, int(self.index.payload_offsets[image]), int(self.index.payload_lengths[image])
+            )
+        except _native.ShortRead:
+            self._file.check_unchanged("indexed")
+            raise FormatError("the file is shorter than when it was indexed", self._where(image)) from None
+
+    def _check_unchanged(self, first: int, end: int) -> None:
         self._file.check_unchanged("indexed")
-        return decode_base64_image_bytes(
-            self._file.fd, int(self.index.payload_offsets[image]), int(self.index.payload_lengths[image])
-        )
 
     def _where(self, image: int) -> Location:
         return self.index.location(image)

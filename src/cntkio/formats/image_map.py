@@ -27,7 +27,7 @@ import stat
 import tempfile
 import threading
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +36,7 @@ import numpy as np
 from .. import _native
 from ..errors import ConfigError, FormatError, Location
 from ..keys import KeyColumn, NumericKeys, TextKeys
+from .data_file import FileIdentity, changes_since_pickled, check_open_file
 
 MULTI_VIEW_COPIES = 10  # sequences per map line with multiViewCrop (the 10 crops of Crop's multiview10)
 
@@ -259,12 +260,18 @@ class ZipArchives:
     a worker); after a fork the child opens its own handles too. Reads may come from several threads.
     A missing or unreadable archive, or a missing item, is a :class:`FormatError` naming the map file, the line
     and the key of the image (fatal in CNTK).
+
+    An archive is read through the table of items it had when it was first opened, so each one's
+    :class:`~cntkio.formats.data_file.FileIdentity` then is kept (also in pickled copies and after a fork): an
+    archive opened again must still have it, and :meth:`check_unchanged` (after a chunk's reads) refuses one
+    changed since, even with its size and modification time put back.
     """
 
     def __init__(self, image_map: ImageMap):
         self.map_file = image_map.file
         self.names = image_map.containers.tolist()  # as written (for messages)
         self.paths = [image_map.container_path(c) for c in range(len(image_map.containers))]
+        self._identities: dict[int, FileIdentity] = {}  # of each archive when first opened
         self._reset()
 
     def _reset(self) -> None:
@@ -273,7 +280,7 @@ class ZipArchives:
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"map_file": self.map_file, "names": self.names, "paths": self.paths}
+        return {"map_file": self.map_file, "names": self.names, "paths": self.paths, "_identities": self._identities}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -311,8 +318,33 @@ class ZipArchives:
                         f"cannot open zip archive {self.names[container]!r}: {reason}",
                         location or Location(self.map_file, 0),
                     ) from error
+                self._check_reopened(container, archive)
                 self._open[container] = archive
         return archive
+
+    def _check_reopened(self, container: int, archive: zipfile.ZipFile) -> None:
+        """Records an archive's identity when first opened; refuses it opened again (in a worker) if it changed."""
+        assert archive.fp is not None
+        now = FileIdentity.of(os.fstat(archive.fp.fileno()))
+        then = self._identities.setdefault(container, now)
+        changes = changes_since_pickled(then, now)
+        if changes:
+            archive.close()
+            raise FormatError(
+                f"zip archive {self.names[container]!r} changed since it was first opened ({'; '.join(changes)}); "
+                "build a new deserializer to read the new contents",
+                Location(self.paths[container], 0),
+            )
+
+    def check_unchanged(self, containers: Iterable[int]) -> None:
+        """Raises a :class:`FormatError` if one of the ``containers`` open in this process changed since it was
+        first opened (one ``fstat`` each): called after reading their items."""
+        if self._pid != os.getpid():  # forked and nothing read yet: the handles are the parent's
+            return
+        for container in containers:
+            archive = self._open.get(container)
+            if archive is not None and archive.fp is not None:
+                check_open_file(archive.fp.fileno(), self.paths[container], self._identities[container], "opened")
 
     def _missing(self, container: int, item: str, location: Location | None) -> FormatError:
         return FormatError(
@@ -443,7 +475,16 @@ class Base64Index:
         return decode_base64_batch(fd, self.payload_offsets[rows], self.payload_lengths[rows])
 
 
-def index_base64(path: str | os.PathLike[str], *, label_dim: int | None, block: int = 4 << 20) -> Base64Index:
+def require_regular_base64(file: str) -> None:
+    """Refuses a base64 image file that is not a regular file (its payloads are read by offset); checked before
+    opening it, since opening a FIFO waits for a writer."""
+    if not stat.S_ISREG(os.stat(file).st_mode):
+        raise ConfigError(f"{file}: a base64 image file must be a regular file (its payloads are read by offset)")
+
+
+def index_base64(
+    path: str | os.PathLike[str], *, label_dim: int | None, block: int = 4 << 20, fd: int | None = None
+) -> Base64Index:
     """Indexes a Base64ImageDeserializer file (spec/image.md §2) with the native scanner: one pass, pread in blocks,
     the GIL released; the payloads are not read into memory.
 
@@ -452,15 +493,17 @@ def index_base64(path: str | os.PathLike[str], *, label_dim: int | None, block: 
     decode later, an invalid sequence as in CNTK). Two consecutive lines with the same key are an error: CNTK's
     CTF indexer would make them one sequence of two images, which an image stream cannot deliver (a repeat that is
     not consecutive is a duplicate key, left to the join). The file must be a regular file (it is read again by
-    offset when decoding).
+    offset when decoding). ``fd``: the file already open (as the reader that decodes it has it), read instead of
+    opening ``path`` again.
     """
     file = os.fspath(path)
     dim = _label_dim(label_dim)
-    if not stat.S_ISREG(os.stat(file).st_mode):  # checked before opening: opening a FIFO waits for a writer
-        raise ConfigError(f"{file}: a base64 image file must be a regular file (its payloads are read by offset)")
-    with open(file, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        columns = _native.base64_index_scan(handle.fileno(), info.st_size, dim, block)
+    if fd is not None:
+        columns = _native.base64_index_scan(fd, os.fstat(fd).st_size, dim, block)
+    else:
+        require_regular_base64(file)
+        with open(file, "rb") as handle:
+            columns = _native.base64_index_scan(handle.fileno(), os.fstat(handle.fileno()).st_size, dim, block)
     if columns["fatal"] is not None:
         _raise_fatal(file, columns["fatal"])
     keys: KeyColumn
