@@ -245,6 +245,9 @@ def test_the_reader_for_other_frameworks_shares_the_rule(data: str) -> None:
         steps.append([sum(1 for _ in reader) for _ in range(2)])
         plan = reader.last_plan
         assert plan is not None and plan.report()["padded"][rank] == plan.steps - plan.own[rank]
+        stats = reader.source.stats()  # the plan is reported in stats()
+        assert stats.equal_steps == plan.report() and stats.as_dict()["equal_steps"] == plan.report()
+        assert f"equal steps (pad), epoch 1: {plan.steps} steps on every rank" in str(stats)
     assert len({tuple(s) for s in steps}) == 1
     planner = EqualSteps("carry", MINIBATCH, 4)
     with data_helpers.make_source(data) as source:

@@ -304,6 +304,7 @@ class RankStream:
     def __init__(self, source: MinibatchSource, planner: EqualSteps, plan: EpochSteps, rank: int, index: int = 0):
         self.source, self.planner, self.plan, self.rank, self.index = source, planner, plan, rank, int(index)
         self._data = plan.data_steps(rank)
+        source.equal_steps = plan.report()  # (source.stats() reports it)
         if not 0 <= self.index <= plan.steps:
             raise ConfigError(f"checkpoint: step {self.index} is outside the {plan.steps} steps of epoch {plan.epoch}")
 

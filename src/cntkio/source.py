@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import hashlib
 import json
@@ -201,6 +202,7 @@ class MinibatchSource:
             )
             threads = self.memory_budget.threads  # fewer when the budget cannot hold a chunk ahead per thread
         self._epoch = 0
+        self.equal_steps: dict[str, Any] | None = None  # the plan of ranks stepping together (cntkio.equal_steps)
         self._epoch_end = self._compute_epoch_end()
         self._cursor = Cursor(self._corpus, self.randomization)
         self._cache = ChunkCache(
@@ -309,8 +311,9 @@ class MinibatchSource:
     def stats(self) -> ReaderStats:
         """Where the time went so far: seconds and counts per stage (index, parse, load, randomize, plan, wait,
         assemble, handoff) and the share of time the consumer spent waiting in ``next_minibatch``
-        (:class:`~cntkio.stats.ReaderStats`; ``print(source.stats())`` shows a table)."""
-        return self._clock.snapshot()
+        (:class:`~cntkio.stats.ReaderStats`; ``print(source.stats())`` shows a table), and the equal-steps plan of
+        the epoch being read when ranks step together (:mod:`cntkio.equal_steps`)."""
+        return dataclasses.replace(self._clock.snapshot(), equal_steps=self.equal_steps)
 
     @property
     def invalid_sequences_skipped(self) -> int:

@@ -146,6 +146,7 @@ class ReaderStats:
     in_reader: float = 0.0  # the consumer's seconds inside next_minibatch
     elapsed: float = 0.0  # seconds since the first next_minibatch call
     padding: float = 0.0  # share of a padded [sequences, max_len] layout that is padding (sampled minibatches)
+    equal_steps: dict[str, Any] | None = None  # the equal-steps plan of the epoch read (EpochSteps.report), if any
 
     @property
     def reader_fraction(self) -> float:
@@ -157,6 +158,7 @@ class ReaderStats:
             "seconds": dict(self.seconds), "counts": dict(self.counts), "minibatches": self.minibatches,
             "sequences": self.sequences, "in_reader": self.in_reader,
             "elapsed": self.elapsed, "reader_fraction": self.reader_fraction, "padding": self.padding,
+            "equal_steps": self.equal_steps,
         }  # fmt: skip
 
     def __str__(self) -> str:
@@ -169,4 +171,11 @@ class ReaderStats:
         lines += [
             f"{stage:<10} {self.seconds.get(stage, 0.0):>10.4f} {self.counts.get(stage, 0):>9}" for stage in STAGES
         ]
+        plan = self.equal_steps
+        if plan is not None:
+            lines.append(
+                f"equal steps ({plan['rule']}), epoch {plan['epoch']}: {plan['steps']} steps on every rank; own "
+                f"minibatches {plan['own']}, carried in {plan['carried_in']}, carried out {plan['carried_out']} "
+                f"({plan['carried_out_samples']} samples), padded {plan['padded']}"
+            )
         return "\n".join(lines)
