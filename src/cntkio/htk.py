@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from .errors import FormatError, Location
+from .formats.data_file import require_regular_file
 
 HTK_KINDS: dict[str, int] = {"MFCC": 6, "FBANK": 7, "USER": 9, "PLP": 11, "ANON": 12}
 """Base parameter kinds CNTK accepts. 12 (HTK's ``ANON``) is read as USER; when ``parmKind == 12`` exactly (no
@@ -215,6 +216,7 @@ def read_header(path_or_bytes: str | os.PathLike[str] | bytes | bytearray | memo
     if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
         return _parse(bytes(path_or_bytes), "<bytes>")
     name = os.fspath(path_or_bytes)
+    require_regular_file(name, "HTK file")  # read by offset: a FIFO would hang the open
     with open(name, "rb") as file:
         return read_header_at(file.fileno(), name)
 
@@ -229,6 +231,7 @@ def read_features(path: str | os.PathLike[str], start: int = 0, end: int | None 
         utterance = read_features(entry.path, entry.start, entry.end)
     """
     name = os.fspath(path)
+    require_regular_file(name, "HTK file")  # read by offset: a FIFO would hang the open
     with open(name, "rb") as file:
         header = read_header_at(file.fileno(), name)
         last = header.frames - 1 if end is None else int(end)

@@ -68,6 +68,36 @@ def check_open_file(fd: int, path: str, identity: FileIdentity, since: str) -> N
     )
 
 
+def file_kind(mode: int) -> str:
+    """What a file of ``st_mode`` ``mode`` is, for messages: "a FIFO", "a character device", ..."""
+    return (
+        "a regular file" if stat.S_ISREG(mode)
+        else "a FIFO" if stat.S_ISFIFO(mode)
+        else "a character device" if stat.S_ISCHR(mode)
+        else "a directory" if stat.S_ISDIR(mode)
+        else "a socket" if stat.S_ISSOCK(mode)
+        else "a block device" if stat.S_ISBLK(mode)
+        else "not a regular file"
+    )  # fmt: skip
+
+
+def require_regular_file(path: str, what: str, location: Location | None = None, *, pipe: bool = False) -> None:
+    """Refuses ``path`` unless it is a regular file (or, with ``pipe``, a pipe: a listing given as ``<(...)`` is read
+    once), from one ``stat`` before it is opened: opening a FIFO waits for a writer, and a device such as
+    ``/dev/zero`` never ends. A :class:`FormatError` names ``what`` and ``path`` at ``location`` (where the data
+    named it), or at the file itself; a path that cannot be stat'ed is left to the open that follows."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return
+    if stat.S_ISREG(mode) or (pipe and stat.S_ISFIFO(mode)):
+        return
+    raise FormatError(
+        f"{what} {path!r} is {file_kind(mode)}, not a regular file{' or a pipe' if pipe else ''}",
+        location or Location(path, 0),
+    )
+
+
 class DataFile:
     """An open regular file: ``fd``, ``size`` and its :class:`FileIdentity` when it was opened (``identity``).
 
@@ -87,14 +117,7 @@ class DataFile:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             os.close(fd)
-            what = (
-                "a FIFO" if stat.S_ISFIFO(info.st_mode)
-                else "a character device" if stat.S_ISCHR(info.st_mode)
-                else "a directory" if stat.S_ISDIR(info.st_mode)
-                else "a socket" if stat.S_ISSOCK(info.st_mode)
-                else "a block device" if stat.S_ISBLK(info.st_mode)
-                else "not a regular file"
-            )  # fmt: skip
+            what = file_kind(info.st_mode)
             raise FormatError(f"input is {what}, not a regular file; {kind} is read by offset", Location(path, 0))
         if info.st_size == 0 and not allow_empty:
             os.close(fd)

@@ -156,6 +156,10 @@ class ImageDeserializerBase(IndexedDeserializer):
         """Where image ``image`` is named (file, line, key) for errors."""
         raise NotImplementedError
 
+    def _image_name(self, image: int) -> str:
+        """Image ``image`` in messages: the file (or zip item) it is read from, where it has one of its own."""
+        return "the image"
+
     def _check_unchanged(self, first: int, end: int) -> None:
         """After images ``first .. end - 1`` were read: raises if a file read by offset (through an index made when
         it was opened) changed meanwhile (one ``fstat`` a file, not an image)."""
@@ -210,7 +214,8 @@ class ImageDeserializerBase(IndexedDeserializer):
             image = (a + first) // views
             decoded = self._decode(self._read(image))
             if decoded is None:
-                self._bad(image, "cannot decode the image (not a supported image, or truncated)", self._where(image))
+                reason = f"cannot decode {self._image_name(image)} (not a supported image, or truncated)"
+                self._bad(image, reason, self._where(image))
                 invalid[first : first + views] = UNUSABLE
                 values[first : first + views] = 0  # never delivered (skipped), but defined
                 continue
@@ -393,6 +398,9 @@ class ImageDeserializer(ImageDeserializerBase):
 
     def _where(self, image: int) -> Location:
         return self.images.location(image)
+
+    def _image_name(self, image: int) -> str:
+        return f"image file {self.images.name(image)!r}"
 
     def fingerprint(self) -> list[Any]:
         info = os.stat(self.filename)

@@ -36,7 +36,7 @@ import numpy as np
 from .. import _native
 from ..errors import ConfigError, FormatError, Location
 from ..keys import KeyColumn, NumericKeys, TextKeys
-from .data_file import FileIdentity, changes_since_pickled, check_open_file
+from .data_file import FileIdentity, changes_since_pickled, check_open_file, require_regular_file
 
 MULTI_VIEW_COPIES = 10  # sequences per map line with multiViewCrop (the 10 crops of Crop's multiview10)
 
@@ -188,7 +188,9 @@ class ImageMap:
 
 
 def _scan_source(path: str, scan: Any) -> dict[str, Any]:
-    """Runs ``scan(fd, size)`` on the file, or on a copy of it when it is a pipe (read once)."""
+    """Runs ``scan(fd, size)`` on the file, or on a copy of it when it is a pipe (read once); anything else (a
+    device, a directory) is refused before it is opened."""
+    require_regular_file(path, "image map", pipe=True)
     with open(path, "rb") as file:
         info = os.fstat(file.fileno())
         if stat.S_ISREG(info.st_mode):
@@ -310,14 +312,13 @@ class ZipArchives:
         with self._lock:
             archive = self._open.get(container)
             if archive is None:
+                where = location or Location(self.map_file, 0)
+                require_regular_file(self.paths[container], "zip archive", where)
                 try:
                     archive = zipfile.ZipFile(self.paths[container])
                 except (OSError, zipfile.BadZipFile) as error:
                     reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
-                    raise FormatError(
-                        f"cannot open zip archive {self.names[container]!r}: {reason}",
-                        location or Location(self.map_file, 0),
-                    ) from error
+                    raise FormatError(f"cannot open zip archive {self.names[container]!r}: {reason}", where) from error
                 self._check_reopened(container, archive)
                 self._open[container] = archive
         return archive
@@ -426,8 +427,10 @@ def read_image_bytes(image_map: ImageMap, row: int, archives: ZipArchives | None
         if archives is None:
             raise ValueError(f"row {row} is in zip archive {image_map.containers[container]!r}: pass ZipArchives")
         return archives.read(container, image_map.item(row), image_map.location(row))
+    path = image_map.file_path(row)
+    require_regular_file(path, "image file", image_map.location(row))  # a FIFO would hang, /dev/zero never end
     try:
-        return _native.read_file(os.fsencode(image_map.file_path(row)))
+        return _native.read_file(os.fsencode(path))
     except OSError as error:
         name = image_map.paths[int(image_map.path_ids[row])]
         raise FormatError(

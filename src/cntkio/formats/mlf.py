@@ -25,6 +25,7 @@ import numpy as np
 from .. import _native
 from ..errors import ConfigError, FormatError, Location, MaxErrorsExceeded
 from ..keys import TextKeys, duplicate_keys, join_keys
+from .data_file import require_regular_file
 
 MAX_REPORTED_KEYS = 10
 MAX_DIM = 65535
@@ -122,6 +123,7 @@ def read_state_list(path: str | os.PathLike[str]) -> list[str]:
     A leading UTF-8 byte order mark is skipped. A duplicate name or an empty list raises `FormatError` naming the
     file and line."""
     name = os.fspath(path)
+    require_regular_file(name, "state list", pipe=True)  # a device (/dev/zero) would be read without end
     with open(name, "rb") as f:
         data = f.read()
     bom = b"\xef\xbb\xbf"
@@ -149,7 +151,8 @@ def read_state_list(path: str | os.PathLike[str]) -> list[str]:
 
 
 def _parse_one(path: str, states: list[str] | None, dim: int) -> dict[str, Any]:
-    fd = os.open(path, os.O_RDONLY)
+    require_regular_file(path, "MLF file")  # read by its size: a FIFO would hang the open, a device read as empty
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     try:
         size = os.fstat(fd).st_size
         result: dict[str, Any] = _native.mlf_parse(fd, size, states, dim)
@@ -248,6 +251,7 @@ def read_mlf_file_list(path: str | os.PathLike[str]) -> list[str]:
     a name that is not UTF-8 raises `FormatError` naming the file and line.
     """
     name = os.fspath(path)
+    require_regular_file(name, "MLF file list", pipe=True)
     with open(name, "rb") as f:
         data = f.read()
     if data.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte order mark

@@ -21,6 +21,7 @@ import numpy as np
 from .. import _native
 from ..errors import FormatError, Location
 from ..keys import TextKeys
+from .data_file import require_regular_file
 
 logger = logging.getLogger("cntkio")
 
@@ -102,6 +103,7 @@ def parse_scp(
     prefix = _normalize_prefix(prefix_path)
     parser = _native.ScpParser(None if prefix is None else _encode(prefix))
     for name in files:
+        require_regular_file(name, "SCP file", pipe=True)  # a device (/dev/zero) would be copied without end
         with open(name, "rb") as file:
             info = os.fstat(file.fileno())
             if stat.S_ISREG(info.st_mode):
