@@ -4,9 +4,10 @@ Use it with ``DataLoader(dataset, batch_size=None, num_workers=...)`` — or :fu
 ``DataLoader``; minibatching is done by cntkio (a ``DataLoader`` left at ``batch_size=1`` works too; a larger batch
 size is refused with an explanation).
 
-* Epochs: each new iteration over a finite dataset reads the next epoch (``MinibatchSource.start_epoch``: later,
-  reshuffled sweeps); :meth:`MinibatchDataset.set_epoch` picks the epoch the next iteration reads (the ones after it
-  follow on). The count is kept in shared memory, so loader workers — persistent ones too — agree on it.
+* Epochs: each new pass over a finite dataset reads the next epoch (``MinibatchSource.start_epoch``: later,
+  reshuffled sweeps) — a ``DataLoader`` pass one epoch in all its workers, persistent ones too, whatever passes of
+  other loaders or iterations in the main process came before; :meth:`MinibatchDataset.set_epoch` picks the epoch the
+  next pass reads (the ones after it follow on).
 
 * Ranks: each ``torch.distributed`` rank (rank and world size taken from ``torch.distributed`` when it is
   initialised) reads its own partition of every sweep, so across ranks each sequence is read once.
@@ -25,10 +26,12 @@ size is refused with an explanation).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import multiprocessing
 import os
+import traceback
 import uuid
 import warnings
 import weakref
@@ -90,13 +93,19 @@ class TorchMinibatch:
 
     def __reduce__(self) -> tuple[Any, ...]:
         state = self.__getstate__()
-        transport = self.__dict__.get("_transport")
-        wire = None
-        if transport is not None and get_worker_info() is not None:
-            wire = transport.pack(state, ("tensors", "lengths", "masks", "offsets"))
-        if wire is not None:  # leaving a loader worker: the tensors go through a shared-memory slot
-            return _unpacked_minibatch, (wire,)
-        return _minibatch_from_state, (state,)
+        if get_worker_info() is None:
+            return _minibatch_from_state, (state,)
+        # Leaving a loader worker, from torch's queue feeder thread, where an exception would drop the batch (and the
+        # loader would wait for it forever): through a shared-memory slot, else inline; anything else raises in the
+        # main process (see cntkio.torch_transport).
+        try:
+            transport = self.__dict__.get("_transport")
+            wire = transport.pack(state, ("tensors", "lengths", "masks", "offsets")) if transport is not None else None
+            if wire is not None:
+                return _unpacked_minibatch, (wire,)
+            return _inline_minibatch, torch_transport.inline(state)
+        except Exception:
+            return torch_transport.failed, (traceback.format_exc(),)
 
     def __getitem__(self, name: str) -> torch.Tensor:
         return self.tensors[name]
@@ -114,6 +123,10 @@ def _minibatch_from_state(state: dict[str, Any]) -> TorchMinibatch:
 
 def _unpacked_minibatch(wire: torch_transport.Wire) -> TorchMinibatch:
     return _minibatch_from_state(torch_transport.unpack(wire))
+
+
+def _inline_minibatch(data: bytes, arrays: list[np.ndarray]) -> TorchMinibatch:
+    return _minibatch_from_state(torch_transport.from_inline(data, arrays))
 
 
 def _pinned(value: Any) -> Any:
@@ -298,47 +311,104 @@ def merge_states(states: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-class _EpochCounter:
-    """The epoch of each new iteration: ``base`` (set by ``set_epoch`` or a loaded state) plus the iterations begun
-    since, one per loader worker per epoch. Kept in shared memory (inherited by worker processes, persistent ones
-    included); a plain pair of numbers where shared memory is not available or once pickled outside a spawn."""
+PASS_TABLE_BYTES = 1 << 16  # the open passes of one dataset, as JSON in shared memory
 
-    def __init__(self, base: int = 0, begun: int = 0):
+
+@dataclass(frozen=True)
+class _WorkerPass:
+    """What tells the loader workers of one ``DataLoader`` pass from those of any other: their number, the pass's base
+    seed (``worker_info.seed - worker_info.id``, drawn once per loader iterator) and how many passes this worker
+    process began before (persistent workers begin one per pass, new ones their first)."""
+
+    workers: int
+    worker: int
+    base_seed: int
+    number: int
+
+    @property
+    def key(self) -> list[int]:
+        return [self.workers, self.base_seed, self.number]
+
+
+class _Passes:
+    """The epoch each pass over the dataset reads, decided once per pass: ``next`` (set by ``set_epoch`` or a loaded
+    state), then the one after it for the next pass.
+
+    A pass in the process that iterates (no loader workers) takes the next epoch. Of the workers of a ``DataLoader``
+    pass, each of which begins an iteration once, the first to begin takes the next epoch and opens a record of the
+    pass; the others read the epoch there (:class:`_WorkerPass` tells passes apart). A record is dropped once every
+    worker of its pass has read it, or once they are all gone (a pass abandoned early). Workers that cannot tell two
+    open passes apart raise rather than guess. Kept in shared memory (inherited by worker processes, persistent ones
+    included); a plain table where shared memory is not available or once pickled outside a spawn."""
+
+    def __init__(self) -> None:
+        self._local: dict[str, Any] = {"next": 0, "open": []}
         self._shared: Any = None
-        self._local = [base, begun]
         try:
             # (a lock made for spawned processes serves forked ones too; one made for forking cannot be spawned)
-            self._shared = multiprocessing.get_context("spawn").Array("q", [base, begun], lock=True)
-        except (OSError, PermissionError):  # no shared memory here: one process only
+            self._shared = multiprocessing.get_context("spawn").Array("c", PASS_TABLE_BYTES, lock=True)
+            self._shared.value = json.dumps(self._local).encode()
+        except OSError:  # no shared memory here: one process only
             self._shared = None
 
     def set(self, epoch: int) -> None:
-        self._update(lambda values: (int(epoch), 0))
+        def change(table: dict[str, Any]) -> int:
+            table["next"] = int(epoch)
+            return int(epoch)
 
-    def begin(self, workers: int) -> int:
-        """The epoch of an iteration starting now in one of ``workers`` processes (counts it)."""
-        epoch = [0]
+        self._update(change)
 
-        def step(values: list[int]) -> tuple[int, int]:
-            epoch[0] = values[0] + values[1] // max(workers, 1)
-            return values[0], values[1] + 1
+    def begin(self, worker: _WorkerPass | None) -> int:
+        """The epoch of an iteration starting now, in a loader worker of ``worker`` or (None) in the process that
+        iterates."""
+        return self._update(functools.partial(_begin_pass, worker=worker))
 
-        self._update(step)
-        return epoch[0]
-
-    def _update(self, change: Callable[[list[int]], tuple[int, int]]) -> None:
+    def _update(self, change: Callable[[dict[str, Any]], int]) -> int:
         if self._shared is None:
-            self._local[:] = change(self._local)
-            return
+            return change(self._local)
         with self._shared.get_lock():
-            self._shared[0], self._shared[1] = change([self._shared[0], self._shared[1]])
+            table = json.loads(self._shared.value)
+            result = change(table)
+            text = json.dumps(table).encode()
+            if len(text) >= PASS_TABLE_BYTES:
+                raise RuntimeError(f"{len(table['open'])} DataLoader passes over one dataset are open at once")
+            self._shared.value = text
+            return result
 
     def __getstate__(self) -> dict[str, Any]:
         from multiprocessing.context import get_spawning_popen
 
-        if self._shared is not None and get_spawning_popen() is None:  # an ordinary pickle: the numbers only
-            return {"_shared": None, "_local": [self._shared[0], self._shared[1]]}
+        if self._shared is not None and get_spawning_popen() is None:  # an ordinary pickle: the table only
+            with self._shared.get_lock():
+                return {"_shared": None, "_local": json.loads(self._shared.value)}
         return self.__dict__
+
+
+def _begin_pass(table: dict[str, Any], worker: _WorkerPass | None) -> int:
+    """Takes the epoch of an iteration beginning now in ``table`` (see :class:`_Passes`)."""
+    if worker is None:
+        epoch = int(table["next"])
+        table["next"] = epoch + 1
+        return epoch
+    table["open"] = [p for p in table["open"] if any(shm.alive(pid) for pid in p["joined"].values())]
+    same = [p for p in table["open"] if p["key"] == worker.key and str(worker.worker) not in p["joined"]]
+    if len(same) > 1:
+        raise RuntimeError(
+            f"DataLoader worker {worker.worker}: {len(same)} passes over this dataset with {worker.workers} workers "
+            f"and base seed {worker.base_seed} run at once, and their workers cannot tell which pass is theirs (and "
+            "so which epoch to read): give each loader iterator its own seed (torch.manual_seed or the DataLoader's "
+            "generator) rather than the same one twice"
+        )
+    if same:
+        record = same[0]
+    else:
+        record = {"key": worker.key, "epoch": int(table["next"]), "joined": {}}
+        table["next"] = record["epoch"] + 1
+        table["open"].append(record)
+    record["joined"][str(worker.worker)] = os.getpid()
+    if len(record["joined"]) == worker.workers:
+        table["open"].remove(record)
+    return int(record["epoch"])
 
 
 def _remove_job_files(owner_pid: int, token: str) -> None:
@@ -399,7 +469,8 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
         self._resume: dict[str, Any] | None = None
         self._last_state: dict[str, Any] | None = None
         self._live: set[MinibatchSource] = set()
-        self._epochs = _EpochCounter()
+        self._epochs = _Passes()
+        self._begun_here = (os.getpid(), 0)  # (process, iterations it began): a worker's pass number
         # The shared-memory files loader workers make for this dataset are named after it (shm.job_name) and removed
         # with it, or by the next job if this process is killed.
         self._job = (os.getpid(), uuid.uuid4().hex[:12])
@@ -424,16 +495,29 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
         return distributed_partition()
 
     def __iter__(self) -> Iterator[TorchMinibatch]:
+        # The pass and its epoch are taken when the iteration begins (a loader worker begins one when its pass
+        # starts), not when its first batch is asked for.
         worker = get_worker_info()
+        epoch = self._epochs.begin(self._worker_pass(worker) if worker is not None else None)
+        resume, self._resume = self._resume, None  # a loaded state applies to the next iteration only
+        if resume is not None:
+            self._last_state = resume  # (what state_dict() reports until the first batch)
+        return self._minibatches(epoch, resume, worker)
+
+    def _worker_pass(self, worker: Any) -> _WorkerPass:
+        pid, begun = self._begun_here
+        number = begun if pid == os.getpid() else 0
+        self._begun_here = (os.getpid(), number + 1)
+        return _WorkerPass(worker.num_workers, worker.id, worker.seed - worker.id, number)
+
+    def _minibatches(self, epoch: int, resume: dict[str, Any] | None, worker: Any) -> Iterator[TorchMinibatch]:
         workers, worker_id = (worker.num_workers, worker.id) if worker is not None else (1, 0)
         partitions, rank = self._partition()
-        epoch = self._epochs.begin(workers)
         transport = torch_transport.worker_pool(shm.job_name(*self._job)) if worker is not None else None
         source = self.make_source()
         self._live.add(source)
         exchange = self._exchange(source, epoch, worker_id, workers)
         index = base = 0
-        resume, self._resume = self._resume, None  # a loaded state applies to the next iteration only
         try:
             planner = self._equal_steps_planner(source, partitions)
             stream = None if planner is None else self._rank_stream(planner, source, epoch, rank, resume)

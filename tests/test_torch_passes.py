@@ -1,0 +1,208 @@
+"""DataLoader passes over one dataset: each pass reads one epoch — the same one in every loader worker — and every
+sequence of it exactly once, whatever ran before it (a look in the main process, loaders with other numbers of
+workers, persistent workers, ``set_epoch``, a pass left early, torch reseeded to the same seed)."""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+torch = pytest.importorskip("torch")
+
+from torch.utils.data import DataLoader  # noqa: E402
+
+import torch_dist_worker as worker  # noqa: E402
+from cntkio.torch import MinibatchDataset, TorchMinibatch, _begin_pass, _WorkerPass  # noqa: E402
+
+SEQUENCES = 400
+
+
+@pytest.fixture(scope="module")
+def path(tmp_path_factory: pytest.TempPathFactory) -> str:
+    file = tmp_path_factory.mktemp("passes") / "seq400.ctf"
+    worker.write_ctf(file, SEQUENCES)
+    return str(file)
+
+
+@pytest.fixture(scope="module")
+def epochs(path: str) -> dict[int, list[list[int]]]:
+    """The keys of each minibatch of epochs 0..6, read in one process."""
+    dataset = MinibatchDataset(functools.partial(worker.make_source, path), worker.MINIBATCH)
+    streams = {}
+    for epoch in range(7):
+        dataset.set_epoch(epoch)
+        streams[epoch] = keys_of(list(DataLoader(dataset, batch_size=None)))
+    assert len({str(keys) for keys in streams.values()}) == 7  # each epoch in its own order
+    return streams
+
+
+def keys_of(batches: list[TorchMinibatch]) -> list[list[int]]:
+    return [[key for _, key in batch.keys] for batch in batches]
+
+
+def check_pass(batches: list[TorchMinibatch], epochs: dict[int, list[list[int]]]) -> int:
+    """The epoch a whole pass read: every batch says the same one, every sequence came once, in that epoch's order."""
+    read = {int(batch.state["epoch"]) for batch in batches}
+    assert len(read) == 1, f"the workers of one pass read epochs {sorted(read)}"
+    counts = Counter(key for keys in keys_of(batches) for key in keys)
+    assert sorted(counts) == list(range(SEQUENCES)) and set(counts.values()) == {1}
+    epoch = read.pop()
+    assert keys_of(batches) == epochs[epoch]
+    return epoch
+
+
+def dataset_of(path: str) -> MinibatchDataset:
+    return MinibatchDataset(functools.partial(worker.make_source, path), worker.MINIBATCH)
+
+
+def test_a_look_in_the_main_process_then_a_loader_pass(path: str, epochs: dict[int, list[list[int]]]) -> None:
+    dataset = dataset_of(path)
+    assert int(next(iter(dataset)).state["epoch"]) == 0
+    assert check_pass(list(DataLoader(dataset, batch_size=None, num_workers=2)), epochs) == 1  # (before: 299 of 400)
+
+
+def test_loaders_with_other_worker_counts_take_turns(path: str, epochs: dict[int, list[list[int]]]) -> None:
+    dataset = dataset_of(path)
+    read = [check_pass(list(DataLoader(dataset, batch_size=None, num_workers=workers)), epochs)
+            for workers in (2, 3, 0, 1, 2)]  # fmt: skip
+    assert read == [0, 1, 2, 3, 4]
+
+
+def test_persistent_workers_read_the_next_epoch_each_pass(path: str, epochs: dict[int, list[list[int]]]) -> None:
+    dataset = dataset_of(path)
+    data = DataLoader(dataset, batch_size=None, num_workers=2, persistent_workers=True)
+    read = [check_pass(list(data), epochs)]
+    assert int(next(iter(dataset)).state["epoch"]) == 1  # a look in the main process between two passes
+    read += [check_pass(list(data), epochs) for _ in range(2)]
+    assert read == [0, 2, 3]
+
+
+def test_set_epoch_before_each_pass(path: str, epochs: dict[int, list[list[int]]]) -> None:
+    dataset = dataset_of(path)
+    data = DataLoader(dataset, batch_size=None, num_workers=2, persistent_workers=True)
+    for epoch in (4, 1, 5):
+        dataset.set_epoch(epoch)
+        assert check_pass(list(data), epochs) == epoch
+    assert check_pass(list(DataLoader(dataset, batch_size=None, num_workers=3)), epochs) == 6  # (the one after)
+
+
+def test_a_pass_left_early_and_passes_with_one_seed(path: str, epochs: dict[int, list[list[int]]]) -> None:
+    """The same torch seed before each pass gives their workers the same base seed; a pass left after one batch
+    still takes its epoch."""
+    dataset = dataset_of(path)
+    for _ in range(2):
+        torch.manual_seed(0)
+        next(iter(DataLoader(dataset, batch_size=None, num_workers=2)))
+    torch.manual_seed(0)
+    assert check_pass(list(DataLoader(dataset, batch_size=None, num_workers=2)), epochs) == 2
+
+
+def test_spawned_persistent_workers(path: str, epochs: dict[int, list[list[int]]]) -> None:
+    dataset = dataset_of(path)
+    data = DataLoader(dataset, batch_size=None, num_workers=2, persistent_workers=True,
+                      multiprocessing_context="spawn")  # fmt: skip
+    assert [check_pass(list(data), epochs) for _ in range(2)] == [0, 1]
+
+
+# --- the table of passes -------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Pass:
+    workers: int  # 0: an iteration in the main process
+    seed: int
+    group: int  # the persistent workers it runs on (>= 0), or new workers (-1)
+    number: int  # passes of its persistent workers before it
+    left: list[int] = field(default_factory=list)  # its workers yet to begin
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        return self.workers, self.seed, self.number
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.data())
+def test_workers_of_each_pass_agree_in_any_arrival_order(data: st.DataObject) -> None:
+    """Passes of 1..4 workers (new ones, or persistent ones over several passes; seeds repeated across passes)
+    and iterations in the main process begin in any interleaving: every worker of a pass reads its epoch, and the
+    passes read consecutive epochs in the order they began. (Passes that the workers can tell apart only by their
+    order, with the same seed, number of workers and pass number, do not overlap: see test_ambiguous_passes_raise.)"""
+    passes: list[_Pass] = []
+    groups: dict[int, int] = {}  # persistent group -> its workers
+    for _ in range(data.draw(st.integers(1, 7))):
+        group = data.draw(st.integers(-1, 1))
+        drawn = data.draw(st.integers(0, 4))  # (0: an iteration in the main process, or 1 for persistent workers)
+        workers = groups.setdefault(group, max(drawn, 1)) if group >= 0 else drawn
+        number = sum(1 for p in passes if p.group == group) if group >= 0 else 0
+        seed = data.draw(st.sampled_from([3, 4]))
+        passes.append(_Pass(workers, seed, group, number, list(range(max(workers, 1)))))
+    table: dict[str, Any] = {"next": 0, "open": []}
+    read: dict[int, set[int]] = {}
+    began: list[int] = []
+    while any(p.left for p in passes):
+        allowed = [(i, w) for i, p in enumerate(passes) for w in p.left if _may_begin(passes, i, w)]
+        i, w = data.draw(st.sampled_from(allowed))
+        this = passes[i]
+        this.left.remove(w)
+        worker = _WorkerPass(this.workers, w, this.seed, this.number) if this.workers else None
+        read.setdefault(i, set()).add(_begin_pass(table, worker))
+        if i not in began:
+            began.append(i)
+    assert all(len(epochs) == 1 for epochs in read.values())
+    assert [read[i].pop() for i in began] == list(range(len(passes)))
+    assert table["open"] == []
+
+
+def _may_begin(passes: list[_Pass], i: int, worker: int) -> bool:
+    """Whether worker ``worker`` of pass ``i`` may begin now: a persistent worker begins its passes in order, and a
+    pass does not overlap another that looks the same to its workers."""
+    this = passes[i]
+    if this.group >= 0 and any(worker in p.left for p in passes[:i] if p.group == this.group):
+        return False
+    started = len(this.left) < max(this.workers, 1)
+    return started or not any(
+        p.workers and p.key == this.key and p.left and len(p.left) < p.workers for p in passes if p is not this
+    )
+
+
+def test_ambiguous_passes_raise() -> None:
+    """Two passes that run at once with the same seed and workers: a worker that could join either raises."""
+    table: dict[str, Any] = {"next": 0, "open": []}
+    assert _begin_pass(table, _WorkerPass(2, 0, 7, 0)) == 0  # pass A, worker 0
+    assert _begin_pass(table, _WorkerPass(2, 0, 7, 0)) == 1  # pass B, worker 0 (A's worker 0 has begun)
+    with pytest.raises(RuntimeError, match="cannot tell which pass is theirs"):
+        _begin_pass(table, _WorkerPass(2, 1, 7, 0))
+
+
+def _pid_of_a_finished_process() -> int:
+    process = multiprocessing.get_context("fork").Process(target=os._exit, args=(0,))
+    process.start()
+    process.join()
+    assert process.pid is not None
+    return process.pid
+
+
+def test_a_pass_whose_workers_are_gone_is_forgotten() -> None:
+    gone = _pid_of_a_finished_process()
+    table: dict[str, Any] = {"next": 3, "open": [{"key": [2, 7, 0], "epoch": 2, "joined": {"0": gone}}]}
+    assert _begin_pass(table, _WorkerPass(2, 1, 7, 0)) == 3  # not the abandoned pass's epoch 2
+    assert [record["epoch"] for record in table["open"]] == [3]
+
+
+def test_the_table_follows_the_dataset_to_spawned_workers_only(path: str) -> None:
+    """An ordinary pickle (a copy of the dataset) takes the table along as it is; later passes of either are their
+    own."""
+    import pickle
+
+    dataset = dataset_of(path)
+    next(iter(dataset))
+    copy = pickle.loads(pickle.dumps(dataset))
+    assert [int(next(iter(d)).state["epoch"]) for d in (copy, copy, dataset)] == [1, 2, 1]
