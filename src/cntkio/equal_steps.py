@@ -68,8 +68,10 @@ class EpochSteps:
 
     @property
     def steps(self) -> int:
-        """Minibatches every rank yields this epoch."""
-        return min(self.available) if self.rule == "carry" else max(self.available)
+        """Minibatches every rank yields this epoch. An epoch resumed from a merged state (``start``) is completed
+        by padding under either rule: what it would carry out lies in the merged state's partitioning, which the next
+        epoch's does not know."""
+        return min(self.available) if self.rule == "carry" and self.start is None else max(self.available)
 
     def data_steps(self, rank: int) -> int:
         """Of :attr:`steps`, those in which rank ``rank`` yields data (the rest are padding)."""
