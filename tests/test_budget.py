@@ -149,6 +149,9 @@ def test_a_budget_that_holds_a_chunk_but_not_the_prefetch_degrades_the_prefetch(
     )
     most, read = most_held(source, 50)
     assert sorted(read) == list(range(4000)) and most <= report.held_chunks
+    stats = source.stats()  # what the budget allowed, with the rest of the reader's numbers
+    assert stats.memory_budget is not None and stats.memory_budget["threads"] == report.threads
+    assert f"parse threads 4 -> {report.threads}" in str(stats)
 
 
 def test_a_budget_too_small_for_split_parsing_parses_a_chunk_on_one_thread(tmp_path: Path) -> None:

@@ -312,8 +312,10 @@ class MinibatchSource:
         """Where the time went so far: seconds and counts per stage (index, parse, load, randomize, plan, wait,
         assemble, handoff) and the share of time the consumer spent waiting in ``next_minibatch``
         (:class:`~cntkio.stats.ReaderStats`; ``print(source.stats())`` shows a table), and the equal-steps plan of
-        the epoch being read when ranks step together (:mod:`cntkio.equal_steps`)."""
-        return dataclasses.replace(self._clock.snapshot(), equal_steps=self.equal_steps)
+        the epoch being read when ranks step together (:mod:`cntkio.equal_steps`), and what ``memory_budget_bytes``
+        allowed (window, parse threads: :class:`~cntkio.budget.BudgetReport`)."""
+        budget = None if self.memory_budget is None else dataclasses.asdict(self.memory_budget)
+        return dataclasses.replace(self._clock.snapshot(), equal_steps=self.equal_steps, memory_budget=budget)
 
     @property
     def invalid_sequences_skipped(self) -> int:

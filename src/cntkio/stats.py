@@ -147,6 +147,7 @@ class ReaderStats:
     elapsed: float = 0.0  # seconds since the first next_minibatch call
     padding: float = 0.0  # share of a padded [sequences, max_len] layout that is padding (sampled minibatches)
     equal_steps: dict[str, Any] | None = None  # the equal-steps plan of the epoch read (EpochSteps.report), if any
+    memory_budget: dict[str, Any] | None = None  # what memory_budget_bytes allowed (BudgetReport's fields), if set
 
     @property
     def reader_fraction(self) -> float:
@@ -158,7 +159,7 @@ class ReaderStats:
             "seconds": dict(self.seconds), "counts": dict(self.counts), "minibatches": self.minibatches,
             "sequences": self.sequences, "in_reader": self.in_reader,
             "elapsed": self.elapsed, "reader_fraction": self.reader_fraction, "padding": self.padding,
-            "equal_steps": self.equal_steps,
+            "equal_steps": self.equal_steps, "memory_budget": self.memory_budget,
         }  # fmt: skip
 
     def __str__(self) -> str:
@@ -177,5 +178,12 @@ class ReaderStats:
                 f"equal steps ({plan['rule']}), epoch {plan['epoch']}: {plan['steps']} steps on every rank; own "
                 f"minibatches {plan['own']}, carried in {plan['carried_in']}, carried out {plan['carried_out']} "
                 f"({plan['carried_out_samples']} samples), padded {plan['padded']}"
+            )
+        budget = self.memory_budget
+        if budget is not None:
+            lines.append(
+                f"memory budget {budget['budget']:,} bytes: window {budget['requested_window']} -> {budget['window']}, "
+                f"parse threads {budget['requested_threads']} -> {budget['threads']}, at most {budget['held_chunks']} "
+                "chunks held"
             )
         return "\n".join(lines)
