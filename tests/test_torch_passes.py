@@ -197,7 +197,7 @@ def test_a_pass_whose_workers_are_gone_is_forgotten() -> None:
     assert [record["epoch"] for record in table["open"]] == [3]
 
 
-def test_the_table_follows_the_dataset_to_spawned_workers_only(path: str) -> None:
+def test_a_pickled_copy_counts_its_own_passes(path: str) -> None:
     """An ordinary pickle (a copy of the dataset) takes the table along as it is; later passes of either are their
     own."""
     import pickle

@@ -371,7 +371,8 @@ class _Passes:
             result = change(table)
             text = json.dumps(table).encode()
             if len(text) >= PASS_TABLE_BYTES:
-                raise RuntimeError(f"{len(table['open'])} DataLoader passes over one dataset are open at once")
+                raise RuntimeError(f"{len(table['open'])} DataLoader passes over one dataset are open at once: more "
+                                   f"than its table of passes holds ({PASS_TABLE_BYTES} bytes)")  # fmt: skip
             self._shared.value = text
             return result
 

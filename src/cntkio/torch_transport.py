@@ -203,8 +203,8 @@ class _PoolView:
         self.flags = _map_once(f"{name}-flags")
         found = int.from_bytes(self.flags[:8], "little")
         if found != owner:
-            raise RuntimeError(f"{name}-flags: the slots of another pool (nonce {found:#x}, not {owner:#x}) where "
-                               f"DataLoader worker {worker} sent a batch from")  # fmt: skip
+            raise RuntimeError(f"{name}-flags: the flags of pool {found:#x}, not of pool {owner:#x}, which DataLoader "
+                               f"worker {worker} sent a batch from")  # fmt: skip
         self.slots: dict[int, tuple[int, mmap.mmap]] = {}
 
 
