@@ -363,3 +363,14 @@ def test_an_elastic_resume_under_carry_keeps_exactly_once_across_epochs(data: st
     left = [len(s) - steps[0][1] for s in sizes]
     assert missing == sum(len(k) for rank, count in enumerate(left)
                           for k in natural_streams(data, 2, 3)[rank][2][len(sizes[rank]) - count:])  # fmt: skip
+
+
+def test_explain_shows_what_each_rule_does(data: str) -> None:
+    from cntkio.explain import explain
+
+    with data_helpers.make_source(data) as source:
+        plan = explain(source, ranks=3, minibatch_size=MINIBATCH)
+    counts = [s["minibatches"] for s in plan["shares"] if s["sweep"] == 0 and s["worker"] is None]
+    carry, pad = plan["equal_steps"]["carry"], plan["equal_steps"]["pad"]
+    assert carry["own"] == pad["own"] == counts  # the same count as explain's own walk
+    assert carry["steps"] == min(counts) and pad["steps"] == max(counts)

@@ -27,6 +27,7 @@ import numpy as np
 
 from .corpus import Corpus
 from .deserializer import Deserializer
+from .equal_steps import RULES, EqualSteps
 from .errors import CNTKIOError
 from .formats.cbf import CBFDeserializer
 from .formats.ctf import CTFDeserializer
@@ -107,6 +108,7 @@ def explain(
             "minibatch_size": minibatch_size,
         },
         "shares": [_share_dict(share, corpus) for share in shares.values()],
+        "equal_steps": _equal_steps(source, ranks, minibatch_size),
     }
     plan["checks"] = _checks(plan, corpus, source, sweeps)
     plan["digest"] = hashlib.sha256(json.dumps(plan, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -152,6 +154,14 @@ def _walk(
                 shares[(part, rank, worker)].add(units, chunks, lengths, first_keys)
         if advance is not None:
             advance(int(selection.lengths.sum()))
+
+
+def _equal_steps(source: MinibatchSource, ranks: int, minibatch_size: int) -> dict[str, Any] | None:
+    """What each equal-steps rule (cntkio.equal_steps; cntkio.torch's default across ranks) does in the first
+    epoch: the steps every rank takes and what it carries out or pads. None for one rank or an endless source."""
+    if ranks == 1 or source.is_infinite():
+        return None
+    return {rule: EqualSteps(rule, minibatch_size, ranks).plan(source, 0).report() for rule in RULES}
 
 
 def _describe_source(source: MinibatchSource, corpus: Corpus) -> dict[str, Any]:
@@ -336,6 +346,14 @@ def write_plan(plan: dict[str, Any], out: TextIO) -> None:
             f"w + {workers}, ... and skips the others unread\n"
         )
     _write_shares(out, plan["shares"], unit, ranks > 1 and part["by"] == "chunk")
+    equal = plan.get("equal_steps")
+    if equal is not None:
+        carry, pad = equal["carry"], equal["pad"]
+        out.write(
+            f"steps      epoch 0: ranks read {min(carry['own']):,} to {max(carry['own']):,} minibatches; equal steps "
+            f"(cntkio.torch's default) carry: {carry['steps']:,} steps each, {sum(carry['carried_out_samples']):,} "
+            f"samples carried into epoch 1; pad: {pad['steps']:,} steps each, {sum(pad['padded']):,} empty steps\n"
+        )
     for check in plan["checks"]:
         out.write(f"{check['level']:<10} {check['message']}\n")
     out.write(
