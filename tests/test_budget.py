@@ -8,8 +8,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cntkio import ConfigError, CTFDeserializer, MinibatchSource, StreamDef, StreamDefs
+from cntkio.budget import held_chunks
+from cntkio.corpus import Corpus
+from cntkio.order import Randomization, SweepOrder
 from cntkio.system import available_cores
 
 STREAMS = StreamDefs(x=StreamDef(field="x", shape=8))
@@ -171,3 +176,28 @@ def test_a_budget_too_small_for_split_parsing_parses_a_chunk_on_one_thread(tmp_p
     assert source.memory_budget is not None and not source.memory_budget.split_chunks
     assert not source._cache.split
     assert sum(len(batch.provenance.units) for batch in iter(lambda: source.next_minibatch(5000), {})) == 150_000
+
+
+@pytest.fixture(scope="module")
+def corpora(lengths: Path) -> dict[int, Corpus]:
+    """The lengths file's corpus in chunks of one sequence, a few and many."""
+    return {
+        chunk: MinibatchSource(CTFDeserializer(lengths, STREAMS, chunk_size_in_bytes=chunk))._corpus
+        for chunk in (1, 300, 4000)
+    }
+
+
+@given(
+    window=st.integers(1, 300), bucket=st.sampled_from([0, 40, 400]), sweep=st.integers(0, 3),
+    chunk=st.sampled_from([1, 300, 4000]),
+)  # fmt: skip
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_two_consecutive_blocks_need_no_more_chunks_than_the_budget_counts(
+    corpora: dict[int, Corpus], window: int, bucket: int, sweep: int, chunk: int
+) -> None:
+    corpus = corpora[chunk]  # a read that crosses into the next block holds the chunks of both
+    randomization = Randomization(enabled=True, window=window, seed=7, bucket_samples=bucket)
+    order = SweepOrder(corpus, randomization, sweep)
+    needed = [set(order.needed_chunks(k).tolist()) for k in range(order.num_blocks)]
+    most = max(len(block | after) for block, after in zip(needed, [*needed[1:], set()]))
+    assert most <= held_chunks(corpus, randomization, window, 0)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import hashlib
 import json
 import logging
 import math
@@ -214,7 +213,7 @@ class MinibatchSource:
         self._stage_ends = [0.0, 0.0, 0.0]  # perf_counter when a read's selection, chunk plan and gather ended
         self._marks: list[float] | None = None  # _stage_ends during a read whose stages are timed, else None
         self._lock = threading.RLock()
-        self._fingerprint_text = self._fingerprint()
+        self._identity = json.dumps(self._fingerprint(), sort_keys=True)  # each state gets its own copy
         self._closed = False
 
     def _check_aligned(self) -> None:
@@ -695,14 +694,13 @@ class MinibatchSource:
         return self._corpus.load_plan(codes % chunks_per_sweep, codes // chunks_per_sweep)
 
     # --- checkpoints -----------------------------------------------------------------------------
-    def _fingerprint(self) -> str:
-        """Identifies the data (files, sizes, modification times) and the configuration that decides the order."""
-        description = json.dumps(
-            [self._corpus.fingerprint(), self.randomization.identity(), self.frame_mode, self.truncation_length],
-            sort_keys=True,
-            default=str,
-        )
-        return hashlib.sha256(description.encode()).hexdigest()[:16]
+    def _fingerprint(self) -> dict[str, Any]:
+        """Identifies the data by content (:mod:`cntkio.identity`: a copy elsewhere, renamed, restores) and the
+        configuration that decides the order; a checkpoint refused names what differs."""
+        order = {**self.randomization.identity(), "frame_mode": self.frame_mode}
+        if self.truncation_length:
+            order["truncation_length"] = self.truncation_length
+        return {**self._corpus.identity(), "order": order}
 
     def get_checkpoint_state(self) -> dict[str, Any]:
         """A small, versioned, JSON-serialisable dict; :meth:`restore_from_checkpoint` continues from it
@@ -711,7 +709,7 @@ class MinibatchSource:
             state: dict[str, Any] = {
                 "version": CHECKPOINT_VERSION,
                 "minibatchSourcePosition": self.position,
-                "fingerprint": self._fingerprint_text,
+                "fingerprint": json.loads(self._identity),
                 "epoch": self._epoch,
                 "cursor": self._cursor.get_state(),
             }
@@ -733,7 +731,7 @@ class MinibatchSource:
                     raise ConfigError(f"checkpoint: minibatchSourcePosition must be an integer >= 0, got {position!r}")
                 self._restore_position(int(position))
                 return
-            checked = validate(state, self._fingerprint_text)
+            checked = validate(state, json.loads(self._identity))
             bptt = checked["bptt_slots"]
             if bool(bptt) != bool(self.truncation_length) and bptt is not None:
                 raise ConfigError("checkpoint: BPTT slots in a state for a source without truncated BPTT")

@@ -15,6 +15,7 @@ from .. import _native
 from ..deserializer import DenseStream, IndexedDeserializer, ParsedChunk, SequenceIndex, SparseStream
 from ..error_ledger import ANY_CHUNK, ErrorLedger, ErrorRows
 from ..errors import ConfigError, FormatError, Location
+from ..identity import file_entry
 from ..index_cache import IndexCache, narrowest
 from ..keys import KeyColumn, NumericKeys, RangeKeys, TextKeys
 from ..legacy import CTFStreamMapping
@@ -298,8 +299,17 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
             )
 
     # ------------------------------------------------------------------------------- protocol
-    def fingerprint(self) -> list[Any]:
-        return [type(self).__name__, *self.data_file.fingerprint()]
+    def identity(self) -> dict[str, Any]:
+        """The index's options, the file (sampled bytes, each sequence's byte count, each chunk's first byte) and
+        the index."""
+        options = {
+            "streams": [list(alias) for alias in self._aliases], "skip_sequence_ids": self.skip_sequence_ids,
+            "chunk_size_in_bytes": self.chunk_size_in_bytes, "optional_inputs": self.optional_inputs,
+            "compat": self.compat, "defines_mb_size": [s.alias for s in self._streams if s.defines_mb_size],
+        }  # fmt: skip
+        layout = [self._sizes, self._offsets[self._index.chunk_starts[:-1]]]
+        entry = file_entry(self.filename, self.data_file.fd, self.file_size, layout)
+        return {**super().identity(), "options": options, "files": [entry]}
 
     def get_chunk(self, chunk_id: int) -> ParsedChunk:
         a, b = self._chunk_range(chunk_id)

@@ -29,6 +29,7 @@ from ..deserializer import DenseStream, DeserializerGroup, IndexedDeserializer, 
 from ..error_ledger import ErrorLedger
 from ..errors import ConfigError, FormatError, Location
 from ..htk import HTKHeader, read_header_at
+from ..identity import array_digest
 from ..streams import StreamDefs, StreamInformation, iter_stream_defs, parse_precision
 from .data_file import DataFile, FileIdentity, rebuild_unchanged
 from .scp import ScpIndex, parse_scp
@@ -489,6 +490,12 @@ class HTKFeatureDeserializer(IndexedDeserializer):
     # ------------------------------------------------------------------------------- protocol
     def fingerprint(self) -> list[Any]:
         """The class, the SCP files (names, sizes, modification times), and a digest of every HTK file's name,
+    def identity(self) -> dict[str, Any]:
+        """The index and where each utterance lies (its file's number and size, its first frame): SCP files name
+        the HTK files by paths that a copy of the data elsewhere changes, and there may be 10^5 of them."""
+        sizes = np.frombuffer(self._files._sizes, dtype=np.int64)
+        return {**super().identity(), "layout": array_digest([self._file_ids, self._starts, sizes])}
+
         size and modification time."""
         digest = hashlib.sha256()
         for path in self._files.paths:

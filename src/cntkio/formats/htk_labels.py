@@ -16,6 +16,7 @@ import numpy as np
 from ..arrays import narrow_lengths
 from ..deserializer import IndexedDeserializer, SequenceIndex, SparseStream, StreamData
 from ..errors import ConfigError, FormatError, Location
+from ..identity import array_digest
 from ..legacy import deprecated
 from ..streams import StreamInformation, iter_stream_defs, parse_precision
 from .data_file import rebuild_unchanged
@@ -211,6 +212,12 @@ class HTKMLFDeserializer(IndexedDeserializer):
         for path, (size, mtime) in zip(self.files, self._identities):
             parts += [os.path.basename(path), size, mtime]
         if self.label_mapping_file is not None and self._state_identity is not None:
+    def identity(self) -> dict[str, Any]:
+        """The index and every entry's labels (state runs), by content: MLF files name their entries by patterns
+        or paths that a copy of the data elsewhere may change."""
+        runs = array_digest([self.labels.run_offsets, self.labels.run_states, self.labels.run_counts])
+        return {**super().identity(), "options": {"phone_boundaries": self.phone_boundaries}, "labels": runs}
+
             parts += [os.path.basename(self.label_mapping_file), *self._state_identity]
         return parts
 

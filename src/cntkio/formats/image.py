@@ -25,6 +25,7 @@ from .. import _native, legacy
 from ..deserializer import DenseStream, IndexedDeserializer, ParsedChunk, SequenceIndex, SparseStream
 from ..error_ledger import ErrorLedger
 from ..errors import ConfigError, FormatError, Location
+from ..identity import array_digest, file_entry
 from ..keys import KeyColumn, ObjectKeys, TextKeys
 from ..streams import StreamInformation, iter_stream_defs, parse_precision
 from .data_file import DataFile, rebuild_unchanged
@@ -142,6 +143,13 @@ class ImageDeserializerBase(IndexedDeserializer):
         chunk_starts = np.unique(chunk_starts) * views
         sequence_keys = keys if views == 1 else _ViewKeys(keys, views)
         self._index = SequenceIndex(chunk_starts, np.ones(count * views, dtype=np.int32), sequence_keys)
+
+    def identity(self) -> dict[str, Any]:
+        """The index and the labels (the images are named in the map, not digested: there may be millions)."""
+        identity = super().identity()
+        if self._labels is not None:
+            identity["labels"] = array_digest([self._labels])
+        return identity
 
     # --- per format -------------------------------------------------------------------------------------------
     def _index_images(self, config: _Streams) -> tuple[KeyColumn, np.ndarray, int]:
@@ -473,6 +481,11 @@ class Base64ImageDeserializer(Sharded, ImageDeserializerBase):
 
     def __reduce__(self) -> tuple[Any, ...]:
         args, kwargs = self._arguments
+    def identity(self) -> dict[str, Any]:
+        """The file (sampled bytes and every image's byte range), the index and the labels."""
+        layout = [self.index.payload_offsets, self.index.payload_lengths]
+        return {**super().identity(), "files": [file_entry(self.filename, self._file.fd, self._file.size, layout)]}
+
         return (rebuild_unchanged, (type(self), args, kwargs, self.fingerprint()))
 
 
