@@ -205,8 +205,8 @@ class CountingDeserializer(Deserializer):
     def sequence_index(self) -> SequenceIndex:
         return self.inner.sequence_index()
 
-    def fingerprint(self) -> list[Any]:
-        return self.inner.fingerprint()
+    def identity(self) -> dict[str, Any]:
+        return self.inner.identity()
 
 
 def check_values(minibatch: Any, frame_mode: bool = False) -> None:

@@ -545,6 +545,7 @@ def test_a_state_changed_by_hand_is_refused(tmp_path, change):
 def test_a_checkpoint_does_not_restore_onto_another_file_with_the_same_counts(tmp_path):
     first = write_ctf(tmp_path / "a.ctf", [2, 3, 1])
     second = write_ctf(tmp_path / "b.ctf", [2, 3, 1])
+    second.path.write_text(second.path.read_text().replace("|x 1 0", "|x 1 9"))  # the same sizes, other values
     with MinibatchSource(CTFDeserializer(first.path, STREAMS)) as source:
         source.next_minibatch(2)
         state = source.get_checkpoint_state()

@@ -1,13 +1,13 @@
 """Checkpoint states of a MinibatchSource: the versioned format, its validation, and merging the states
 of all partitions for an elastic resume.
 
-A state is a small JSON-serialisable dict: ``version``, CNTK's ``minibatchSourcePosition``, a
-``fingerprint`` of the data (files, sizes, modification times) and of the configuration that decides
-the order, the ``epoch``, the ``cursor`` (sweep, block, positions, partitioning and the *layers* of
-earlier partitionings: what each earlier partition had read), for truncated BPTT the sequences in
-flight (``bptt_slots``), and a ``digest`` of all of it. Anything else, anything out of range, or a
-state changed by hand is rejected with a ``ConfigError`` (a ``ValueError``) before it can make the
-source read other data.
+A state is a small JSON-serialisable dict: ``version``, CNTK's ``minibatchSourcePosition``, a ``fingerprint``:
+the identity of the data by content (:mod:`cntkio.identity`: a copy of the data elsewhere, under other names,
+restores) and of the configuration that decides the order, the ``epoch``, the ``cursor`` (sweep, block, positions,
+partitioning and the *layers* of earlier partitionings: what each earlier partition had read), for truncated BPTT
+the sequences in flight (``bptt_slots``), and a ``digest`` of all of it. Anything else, anything out of range, or
+a state changed by hand is rejected with a ``ConfigError`` (a ``ValueError``) before it can make the source read
+other data.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from .cursor import ALL_CONSUMED
 from .error_ledger import check_state as check_ledger
 from .error_ledger import merge_states as merge_ledgers
 from .errors import ConfigError
+from .identity import differences, same
 
 CHECKPOINT_VERSION = 3
 
@@ -125,9 +126,10 @@ def _bptt(value: Any) -> dict[str, Any] | None:
     return {"slots": checked_slots, "waiting": rows("waiting", 3)}
 
 
-def validate(state: Any, fingerprint: str) -> dict[str, Any]:
+def validate(state: Any, fingerprint: Mapping[str, Any]) -> dict[str, Any]:
     """Checks a state's structure and types (ranges that depend on the data are checked on restore)
-    and returns it normalised. Raises ``ValueError`` naming the first problem."""
+    and returns it normalised; ``fingerprint`` is the identity of the source it is for (:mod:`cntkio.identity`).
+    Raises ``ValueError`` naming the first problem (every difference of data or configuration)."""
     state = _mapping(state, "the state")
     if "version" not in state:
         raise ConfigError("checkpoint: no version (CNTK's own {'minibatchSourcePosition': n} has only that key)")
@@ -142,10 +144,15 @@ def validate(state: Any, fingerprint: str) -> dict[str, Any]:
     for key in ("minibatchSourcePosition", "fingerprint", "epoch", "cursor"):
         if key not in state:
             raise ConfigError(f"checkpoint: missing field {key!r}")
-    if not isinstance(state["fingerprint"], str):
-        raise ConfigError("checkpoint: the fingerprint must be a string")
-    if state["fingerprint"] != fingerprint:
-        raise ConfigError("checkpoint: it was taken with other data or another configuration (fingerprint differs)")
+    if isinstance(state["fingerprint"], str):
+        raise ConfigError(
+            "checkpoint: its fingerprint comes from an earlier cntkio that identified the data by file names, sizes "
+            "and modification times; restore its 'minibatchSourcePosition' alone to continue at the same sample "
+            "position"
+        )
+    differ = differences(state["fingerprint"], fingerprint)
+    if differ:
+        raise ConfigError("checkpoint: it was taken with other data or another configuration: " + "; ".join(differ))
     cursor = _mapping(state["cursor"], "cursor")
     for key in ("sweep", "block", "position", "block_position", "block_samples", "partitioning", "layers"):
         if key not in cursor:
@@ -180,10 +187,15 @@ def merge_checkpoints(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """
     if not states:
         raise ConfigError("no checkpoint states to merge")
-    fingerprints = {s.get("fingerprint") for s in states}
-    if len(fingerprints) != 1:
-        raise ConfigError("merge_checkpoints: the states come from different data or configurations")
-    checked = [validate(s, str(next(iter(fingerprints)))) for s in states]
+    fingerprint = states[0].get("fingerprint") if isinstance(states[0], Mapping) else None
+    if not isinstance(fingerprint, Mapping):
+        raise ConfigError("merge_checkpoints: the first state has no fingerprint of this cntkio (a dict)")
+    for number, state in enumerate(states):
+        other = state.get("fingerprint") if isinstance(state, Mapping) else None
+        if not same(other, fingerprint):
+            differ = "; ".join(differences(other, fingerprint, (f"in state {number}", "in state 0")))
+            raise ConfigError(f"merge_checkpoints: the states come from different data or configurations: {differ}")
+    checked = [validate(s, fingerprint) for s in states]
     if any(s["bptt_slots"] for s in checked):
         raise ConfigError("truncated BPTT states carry sequences in flight and cannot be merged")
     count = len(checked)

@@ -19,6 +19,7 @@ import numpy as np
 from .arrays import exclusive_cumsum, segment_sums
 from .deserializer import Deserializer
 from .errors import ConfigError
+from .identity import identity_of
 from .join import JoinReport, LengthMismatch, join
 from .streams import StreamInformation
 
@@ -260,17 +261,18 @@ class Corpus:
         key = reader.sequence_index().keys.take(rows)[0]
         return reader.sources_of(rows)[0], key, int(self.lengths[int(sequence[0])])
 
-    def fingerprint(self) -> list[Any]:
-        """Identifies the data: the deserializers' own fingerprints (files, sizes, times), how they are
-        joined, and the counts."""
-        return [
-            [d.fingerprint() for d in self.deserializers],
-            self.caps is not None,  # truncated lengths (other policies keep the samples)
-            self.first_sequence,
-            len(self.lengths),
-            self.num_chunks,
-            self.sweep_size,
-        ]
+    def identity(self) -> dict[str, Any]:
+        """Identifies the data by content (:mod:`cntkio.identity`): each deserializer's identity, and what the
+        slice and the join made of them."""
+        corpus: dict[str, Any] = {
+            "first_sequence": int(self.first_sequence),
+            "sequences": len(self.lengths),
+            "chunks": int(self.num_chunks),
+            "samples": int(self.sweep_size),
+        }
+        if len(self.deserializers) > 1:
+            corpus["length_mismatch"] = self.length_mismatch.value
+        return {"deserializers": [identity_of(d) for d in self.deserializers], "corpus": corpus}
 
 
 def _check_broadcast(deserializers: Sequence[Deserializer]) -> None:

@@ -17,6 +17,7 @@ import scipy.sparse
 
 from .arrays import narrow_lengths
 from .errors import ConfigError
+from .identity import index_identity
 from .keys import KeyColumn
 from .streams import StreamInformation
 
@@ -176,10 +177,21 @@ class Deserializer(abc.ABC):
             self._cntkio_sequence_index = cached
         return cached
 
-    def fingerprint(self) -> list[Any]:
-        """Identifies the data, so that a checkpoint is never restored onto other data. File formats
-        name their files with sizes and modification times; the default is the class name."""
-        return [type(self).__name__]
+    def identity(self) -> dict[str, Any]:
+        """Identifies the data by its content, not by where it lies, so that a checkpoint restores on a copy of it
+        (other paths, names or modification times) and never on other data (:mod:`cntkio.identity`).
+
+        A small JSON dict: ``kind`` (the class), ``index`` (:func:`~cntkio.identity.index_identity`: counts and a
+        digest of the chunk boundaries, lengths and keys); file formats add ``options`` (those that shape the
+        index) and ``files`` (:func:`~cntkio.identity.file_entry` of each file). A plug-in whose index does not
+        show all of its data (e.g. the same keys and lengths over other values) adds what tells its data apart::
+
+            def identity(self):
+                return {**super().identity(), "options": {"version": self.dataset_version}}
+        """
+        cls = type(self)
+        kind = cls.__name__ if cls.__module__.startswith("cntkio.") else f"{cls.__module__}.{cls.__qualname__}"
+        return {"kind": kind, "index": index_identity(self)}
 
     def sequence_lengths(self) -> np.ndarray:
         """Lengths of every sequence, chunk after chunk."""

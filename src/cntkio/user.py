@@ -474,10 +474,6 @@ class UserDeserializer(Deserializer):
         self.__dict__["_cntkio_user_index"] = index
         return index
 
-    def fingerprint(self) -> list[Any]:
-        """The class and the number of chunks (a checkpoint is refused on another plug-in)."""
-        return [f"{type(self).__module__}.{type(self).__qualname__}", int(self.num_chunks())]
-
     # --- the adapter --------------------------------------------------------------------------------------------
     def _user_chunk(self, chunk_id: int) -> Any:
         """The user's data of a chunk, as ``get_chunk`` returns it."""

@@ -11,6 +11,7 @@ from .. import _native
 from ..arrays import narrow_lengths
 from ..deserializer import DenseStream, IndexedDeserializer, ParsedChunk, SequenceIndex, SparseStream
 from ..errors import ConfigError, FormatError, Location
+from ..identity import file_entry
 from ..keys import RangeKeys
 from ..streams import StreamInformation, iter_stream_defs, parse_precision
 from .data_file import DataFile, FileBacked
@@ -126,8 +127,10 @@ class CBFDeserializer(Sharded, FileBacked, IndexedDeserializer):
         return np.diff(np.append(self._chunk_offsets.astype(np.int64), header))
 
     # ------------------------------------------------------------------------------- protocol
-    def fingerprint(self) -> list[Any]:
-        return [type(self).__name__, *self.data_file.fingerprint()]
+    def identity(self) -> dict[str, Any]:
+        """The file (sampled bytes and the chunk table) and the index (the file decides the chunks)."""
+        entry = file_entry(self.filename, self.data_file.fd, self.data_file.size, [self._chunk_offsets])
+        return {**super().identity(), "files": [entry]}
 
     def get_chunk(self, chunk_id: int) -> ParsedChunk:
         self._chunk_range(chunk_id)

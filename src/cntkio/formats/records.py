@@ -26,6 +26,7 @@ from ..arrays import narrow_lengths
 from ..deserializer import DenseStream, IndexedDeserializer, ParsedChunk, SequenceIndex, SparseStream
 from ..error_ledger import ErrorLedger
 from ..errors import ConfigError, FormatError, Location
+from ..identity import file_entry, listed
 from ..keys import KeyColumn, NumericKeys
 from ..streams import StreamInformation, iter_stream_defs, parse_precision
 from .data_file import DataFile, FileBacked
@@ -283,12 +284,17 @@ class RecordDeserializer(FileBacked, IndexedDeserializer):
         return narrow_lengths(lengths), (KeyColumn.of(keys) if key is not None else None)
 
     # ------------------------------------------------------------------------------- protocol
-    def fingerprint(self) -> list[Any]:
-        return [
-            type(self).__name__,
-            self.framing,
-            [f.fingerprint() for f in self._files],
+    def identity(self) -> dict[str, Any]:
+        """The framing options, every file (sampled bytes and its records' offsets) and the index."""
+        options = {
+            "framing": self.framing, "header_lines": self.header_lines, "skip_blank_lines": self.skip_blank_lines,
+            "chunk_size_in_bytes": self.chunk_size_in_bytes,
+        }  # fmt: skip
+        bounds = self._file_first_record.tolist()
+        files = [
+            file_entry(f.path, f.fd, f.size, [self._starts[a:b]]) for f, a, b in zip(self._files, bounds, bounds[1:])
         ]
+        return {**super().identity(), "options": options, "files": listed(files)}
 
     @property
     def source_name(self) -> str:

@@ -32,6 +32,7 @@ import numpy as np
 
 from ..deserializer import Deserializer, IndexedDeserializer, SequenceIndex
 from ..errors import ConfigError, FormatError, Location
+from ..identity import identity_of, index_identity, listed
 from ..keys import KeyColumn
 from ..system import available_cores
 
@@ -149,8 +150,14 @@ class ShardedDeserializer(IndexedDeserializer):
         shards = np.searchsorted(self._first_sequence, np.asarray(sequences, dtype=np.int64), side="right") - 1
         return [shard.source_name for shard in self.shards], shards
 
-    def fingerprint(self) -> list[Any]:
-        return [type(self).__name__, [shard.fingerprint() for shard in self.shards]]
+    def identity(self) -> dict[str, Any]:
+        """The first shard's kind and options, every shard's files in order, and the corpus index."""
+        first = identity_of(self.shards[0])
+        files = [entry for shard in self.shards for entry in identity_of(shard).get("files", [])]
+        identity = {"kind": f"sharded {first['kind']}", "files": listed(files), "index": index_identity(self)}
+        if "options" in first:
+            identity["options"] = first["options"]
+        return identity
 
     @property
     def trace_level(self) -> int:
