@@ -85,34 +85,33 @@ def test_a_restored_source_does_not_count_a_chunk_again(tmp_path: Path) -> None:
         for _ in range(stop):
             source.next_minibatch(16)
         state = json.loads(json.dumps(source.get_checkpoint_state()))
-        counted = source.error_report().total
+        # (prefetching threads may count the errors of chunks ahead after the state was taken: the state's ledger
+        # is what restores, and chunks it does not name are counted when they are parsed again)
+        ledgers = state.get("errors", [])
+        counted = sum(n for ledger in ledgers for *_, n in ledger["counts"])
+        assert counted or stop == 0
         if counted:  # one ledger, bounded; a state taken before any error was counted has none
-            assert len(state["errors"]) == 1 and len(state["errors"][0]["recorded"]) == min(counted, RECORDED)
-        else:
-            assert "errors" not in state
-        restored = source_over(path, max_sweeps=2)
-        drain(restored)  # reads every chunk again (the restore discards what was loaded)
-        assert restored.error_report().total == len(bad)  # restored before reading: nothing counted twice
+            assert len(ledgers) == 1 and len(ledgers[0]["recorded"]) == min(counted, RECORDED)
         restored = source_over(path, max_sweeps=2)
         restored.restore_from_checkpoint(state)
         assert restored.error_report().total == counted
-        assert [str(e) for e in restored.error_report(limit=RECORDED).errors] == [
-            str(e) for e in source.error_report(limit=RECORDED).errors
-        ]
+        recorded = [(row[1], row[6]) for ledger in ledgers for row in ledger["recorded"]]
+        assert [(e.offset, e.reason) for e in restored.error_report(limit=RECORDED).errors] == recorded
         drain(restored)
         assert restored.error_report().total == len(bad)
 
 
 def test_max_errors_still_stops_at_the_record_past_it_after_a_restore(tmp_path: Path) -> None:
+    """(Without prefetch: with it, chunks are parsed, and their errors counted, in the order parses finish.)"""
     path = dirty(tmp_path / "d.ctf", 300, set(range(2, 300, 3)))
-    source = source_over(path, max_errors=40, randomize=False, max_sweeps=1)
+    source = source_over(path, max_errors=40, randomize=False, max_sweeps=1, prefetch=False)
     with pytest.raises(MaxErrorsExceeded) as error:
         drain(source)
     assert error.value.max_errors == 40 and error.value.sequence_key == 2 + 3 * 40  # the 41st bad record
-    source = source_over(path, max_errors=40, randomize=False, max_sweeps=1)
+    source = source_over(path, max_errors=40, randomize=False, max_sweeps=1, prefetch=False)
     source.next_minibatch(30)
     state = source.get_checkpoint_state()
-    restored = source_over(path, max_errors=40, randomize=False, max_sweeps=1)
+    restored = source_over(path, max_errors=40, randomize=False, max_sweeps=1, prefetch=False)
     restored.restore_from_checkpoint(state)
     with pytest.raises(MaxErrorsExceeded) as error:
         drain(restored)

@@ -17,6 +17,18 @@ namespace cntkio::ctf {
 
 namespace {
 
+// Sorts by offset, equal offsets kept in order, in time linear in the size plus how far elements are out of place:
+// errors come in file order but for a row's "no valid sample", which goes before that row's other errors, and the
+// two notes at the end (a full stable sort of a million errors cost a quarter of a microsecond each).
+template <class Target>
+void sort_nearly_sorted(std::vector<Target>& targets) {
+  auto before = [](const Target& a, const Target& b) { return a.offset < b.offset; };
+  for (auto it = targets.begin(); it != targets.end(); ++it) {
+    if (it == targets.begin() || !before(*it, *(it - 1))) continue;
+    std::rotate(std::upper_bound(targets.begin(), it, *it, before), it, it + 1);
+  }
+}
+
 // A value ends at a space, '|', or any control byte (tab, '\r', '\n', ...).
 inline bool ends_value(unsigned char c) { return c == ' ' || c == '|' || c < 0x20; }
 inline bool is_blank(unsigned char c) { return c == ' ' || c == '\t'; }
@@ -61,7 +73,7 @@ class Parser {
       targets.push_back({stats.first_padded_offset, &stats.first_padded_line, &stats.first_padded_column, nullptr});
     if (stats.first_unknown_offset >= 0)
       targets.push_back({stats.first_unknown_offset, &stats.first_unknown_line, &stats.first_unknown_column, nullptr});
-    std::stable_sort(targets.begin(), targets.end(), [](const Target& a, const Target& b) { return a.offset < b.offset; });
+    sort_nearly_sorted(targets);
     int64_t line = first_line, line_start = 0, scanned = 0;
     for (const Target& t : targets) {
       const int64_t at = std::max<int64_t>(0, std::min(t.offset - base_, size_));
@@ -447,6 +459,9 @@ ParseResult<T> join_runs(std::vector<ParseResult<T>>& results, const std::vector
   on_threads(threads, [&](size_t k) {
     for (size_t i = k; i < pieces.size(); i += threads) copy_piece(pieces[i]);
   });
+  size_t errors = joined.errors.size();
+  for (size_t k = 1; k < results.size(); ++k) errors += results[k].errors.size();
+  joined.errors.reserve(errors);
   for (size_t k = 1; k < results.size(); ++k) add_notes(joined, results[k], cut[k]);
   return joined;
 }
