@@ -80,7 +80,7 @@ class CTFFiles:
 
     def write(self, content: str | bytes) -> Path:
         """Writes ``content`` (str as UTF-8, bytes as they are) to a new file; returns its path. The same
-        content gets the same file, so that checkpoints (whose fingerprint names the file) carry over."""
+        content gets the same file."""
         data = content.encode("utf-8") if isinstance(content, str) else content
         path = self._written.get(data)
         if path is None or not path.exists() or path.read_bytes() != data:

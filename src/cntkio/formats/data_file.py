@@ -141,7 +141,8 @@ class DataFile:
         check_open_file(self.fd, self.path, self.identity, since)
 
     def fingerprint(self) -> list[Any]:
-        """Name, size and modification time: what identifies the data in a checkpoint."""
+        """Name, size and modification time: what a pickled deserializer checks on this machine (checkpoints identify
+        the data by content instead: :mod:`cntkio.identity`)."""
         return [os.path.basename(self.path), self.identity.size, self.identity.mtime_ns]
 
     def close(self) -> None:
