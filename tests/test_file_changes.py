@@ -260,3 +260,33 @@ def test_a_zip_archive_replaced_before_a_worker_opens_it_is_refused(tmp_path: Pa
     os.utime(archive, ns=(info.st_atime_ns, info.st_mtime_ns))
     with pytest.raises(FormatError, match=r"changed since it was first opened.*size"):
         archives.read(0, "img.bmp")
+
+
+# ------------------------------------------------------------------------------- files read whole (pickled copies)
+def test_pickled_readers_refuse_listings_rewritten_with_their_mtime_put_back(tmp_path: Path) -> None:
+    """SCP, MLF and image map files are read whole when a reader is built, and again by its pickled copy (a
+    DataLoader worker): the same file rewritten in place with its size and modification time kept would give the
+    copy another index than the original's. Refused, naming the file."""
+    from cntkio.formats.htk_labels import HTKMLFDeserializer
+
+    scp, _ = htk_corpus(tmp_path, 4)
+    mlf = tmp_path / "labels.mlf"
+    mlf.write_text('#!MLF!#\n"utt0.lab"\n0 300000 s1\n.\n"utt1.lab"\n0 300000 s2\n.\n')
+    states = tmp_path / "states.list"
+    states.write_text("s1\ns2\ns3\n")
+    (tmp_path / "img.bmp").write_bytes(bmp(1))
+    map_file = tmp_path / "map.txt"
+    map_file.write_text(f"{tmp_path}/img.bmp\t1\n{tmp_path}/img.bmp\t2\n")
+    readers = {
+        scp: features(scp),
+        mlf: HTKMLFDeserializer(str(states), StreamDefs(labels=StreamDef(shape=3, mlf=str(mlf)))),
+        map_file: ImageDeserializer(map_file, IMAGE),
+    }
+    for path, reader in readers.items():
+        pickled = pickle.dumps(reader)
+        pickle.loads(pickled)  # unchanged: the copy is built
+        data = path.read_bytes()
+        rewrite_in_place(path, data.replace(b"utt1", b"utt2") if b"utt1" in data else data.replace(b"\t1\n", b"\t3\n"))
+        with pytest.raises(FormatError, match=r"changed since the deserializer was pickled.*change time") as raised:
+            pickle.loads(pickled)
+        assert raised.value.file == str(path)

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import Any, NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, TypeVar
 
 from ..errors import FormatError, Location
+
+T = TypeVar("T")
 
 
 class FileIdentity(NamedTuple):
@@ -206,16 +209,55 @@ def reopen(cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any], expected: li
     return reader
 
 
-def rebuild_unchanged(cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any], fingerprint: list[Any]) -> Any:
+def read_whole(paths: Sequence[str], parse: Callable[[], T]) -> tuple[T, list[FileIdentity | None]]:
+    """``parse()``, which reads the files ``paths`` whole once (SCP, MLF, image map files), with the identity of
+    each regular one (None for a pipe), the same before and after it: a file changed while it was parsed is an
+    error, so the identities are those of what was parsed — what a pickled copy, which parses the files again,
+    compares (:func:`rebuild_unchanged`)."""
+    before = [_regular_identity(path) for path in paths]
+    result = parse()
+    for path, then in zip(paths, before):
+        now = _regular_identity(path)
+        if then is not None and now != then:
+            changes = then.changes(now) if now is not None else ["no longer a regular file"]
+            raise FormatError(f"the file changed while it was read ({'; '.join(changes)})", Location(path, 0))
+    return result, before
+
+
+def _regular_identity(path: str) -> FileIdentity | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return FileIdentity.of(info) if stat.S_ISREG(info.st_mode) else None
+
+
+def rebuild_unchanged(
+    cls: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    fingerprint: list[Any],
+    parsed: list[FileIdentity | None] | None = None,
+) -> Any:
     """Unpickles a deserializer built from its arguments: builds it again (reading its files), refusing it when
-    its :meth:`fingerprint` differs from the pickled one (the files changed meanwhile)."""
+    its :meth:`fingerprint` differs from the pickled one, or when a file it read whole (its ``parsed_files``:
+    paths and identities, from :func:`read_whole`) is not as the pickled one read it (``parsed``; the change time
+    too for the same file, see :func:`changes_since_pickled`): the files changed meanwhile."""
     reader = cls(*args, **kwargs)
+    changes: list[str] = []
+    where = reader.source_name
     if reader.fingerprint() != fingerprint:
+        changes = ["its files' names, sizes or modification times"]
+    for (path, now), then in zip(getattr(reader, "parsed_files", []), parsed or []):
+        if not changes and then is not None and now is not None:
+            changes, where = changes_since_pickled(FileIdentity(*then), now), path
+    if changes:
         close = getattr(reader, "close", None)
         if close is not None:
             close()
         raise FormatError(
-            "the data changed since the deserializer was pickled; build a new one to read the new contents",
-            Location(reader.source_name, 0),
+            f"the data changed since the deserializer was pickled ({'; '.join(changes)}); build a new one to read "
+            "the new contents",
+            Location(where, 0),
         )
     return reader

@@ -31,7 +31,7 @@ from ..errors import ConfigError, FormatError, Location
 from ..htk import HTKHeader, read_header_at
 from ..identity import array_digest
 from ..streams import StreamDefs, StreamInformation, iter_stream_defs, parse_precision
-from .data_file import DataFile, FileIdentity, rebuild_unchanged
+from .data_file import DataFile, FileIdentity, read_whole, rebuild_unchanged
 from .scp import ScpIndex, parse_scp
 
 logger = logging.getLogger("cntkio")
@@ -315,7 +315,9 @@ class HTKFeatureDeserializer(IndexedDeserializer):
         self.filename = self.scp_files[0]
         try:
             self._scp_fingerprint = [_file_fingerprint(path) for path in self.scp_files]
-            self._build(parse_scp(self.scp_files, prefix_path=prefix_path))
+            listed, identities = read_whole(self.scp_files, lambda: parse_scp(self.scp_files, prefix_path=prefix_path))
+            self.parsed_files = list(zip(self.scp_files, identities))
+            self._build(listed)
         except BaseException:
             self.close()
             raise
@@ -488,14 +490,14 @@ class HTKFeatureDeserializer(IndexedDeserializer):
         self._infos = [self.info]
 
     # ------------------------------------------------------------------------------- protocol
-    def fingerprint(self) -> list[Any]:
-        """The class, the SCP files (names, sizes, modification times), and a digest of every HTK file's name,
     def identity(self) -> dict[str, Any]:
         """The index and where each utterance lies (its file's number and size, its first frame): SCP files name
         the HTK files by paths that a copy of the data elsewhere changes, and there may be 10^5 of them."""
         sizes = np.frombuffer(self._files._sizes, dtype=np.int64)
         return {**super().identity(), "layout": array_digest([self._file_ids, self._starts, sizes])}
 
+    def fingerprint(self) -> list[Any]:
+        """The class, the SCP files (names, sizes, modification times), and a digest of every HTK file's name,
         size and modification time."""
         digest = hashlib.sha256()
         for path in self._files.paths:
@@ -636,7 +638,7 @@ class HTKFeatureDeserializer(IndexedDeserializer):
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickles as its arguments; the copy indexes the files again and refuses any that changed."""
         args, kwargs = self._arguments
-        return (rebuild_unchanged, (type(self), args, kwargs, self.fingerprint()))
+        return (rebuild_unchanged, (type(self), args, kwargs, self.fingerprint(), [i for _, i in self.parsed_files]))
 
 
 _NO_VECTORS = np.zeros((0, 0), dtype=np.float32)

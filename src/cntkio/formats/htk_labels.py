@@ -19,7 +19,7 @@ from ..errors import ConfigError, FormatError, Location
 from ..identity import array_digest
 from ..legacy import deprecated
 from ..streams import StreamInformation, iter_stream_defs, parse_precision
-from .data_file import rebuild_unchanged
+from .data_file import FileIdentity, read_whole, rebuild_unchanged
 from .mlf import InvalidEntry, MlfIndex, check_max_errors, parse_mlf, read_state_list
 
 logger = logging.getLogger("cntkio")
@@ -150,19 +150,25 @@ class HTKMLFDeserializer(IndexedDeserializer):
         self._identities = [_stat(path) for path in self.files]
 
         states = None
-        if self.label_mapping_file is not None:
-            states = read_state_list(self.label_mapping_file)
+        state_identity: list[FileIdentity | None] = []
+        mapping = self.label_mapping_file
+        if mapping is not None:
+            states, state_identity = read_whole([mapping], lambda: read_state_list(mapping))
             if len(states) != dim:
                 raise ConfigError(
                     f"stream '{name}': shape={dim}, but the state list '{self.label_mapping_file}' has "
                     f"{len(states)} states; the label dimension must be the number of states"
                 )
-            self._state_identity: tuple[int, int] | None = _stat(self.label_mapping_file)
+            self._state_identity: tuple[int, int] | None = _stat(mapping)
         else:
             self._state_identity = None
         self.states = states
 
-        self.labels: MlfIndex = parse_mlf(self.files, states, dim, max_errors=self.max_errors)
+        self.labels: MlfIndex
+        self.labels, identities = read_whole(
+            self.files, lambda: parse_mlf(self.files, states, dim, max_errors=self.max_errors)
+        )
+        self.parsed_files = list(zip([*self.files, *([mapping] if mapping else [])], identities + state_identity))
         if len(self.labels) == 0:
             raise FormatError(
                 f"no usable label entries in {len(self.files)} MLF file(s) ({self.labels.report()})",
@@ -206,18 +212,18 @@ class HTKMLFDeserializer(IndexedDeserializer):
         return {self._info.name: SparseStream(values, indices, indptr, seq_offsets, self._info.shape[0])}
 
     # ------------------------------------------------------------------------------- identity
-    def fingerprint(self) -> list[Any]:
-        """The class, the MLF files' names, sizes and modification times (and the state list's)."""
-        parts: list[Any] = [type(self).__name__]
-        for path, (size, mtime) in zip(self.files, self._identities):
-            parts += [os.path.basename(path), size, mtime]
-        if self.label_mapping_file is not None and self._state_identity is not None:
     def identity(self) -> dict[str, Any]:
         """The index and every entry's labels (state runs), by content: MLF files name their entries by patterns
         or paths that a copy of the data elsewhere may change."""
         runs = array_digest([self.labels.run_offsets, self.labels.run_states, self.labels.run_counts])
         return {**super().identity(), "options": {"phone_boundaries": self.phone_boundaries}, "labels": runs}
 
+    def fingerprint(self) -> list[Any]:
+        """The class, the MLF files' names, sizes and modification times (and the state list's)."""
+        parts: list[Any] = [type(self).__name__]
+        for path, (size, mtime) in zip(self.files, self._identities):
+            parts += [os.path.basename(path), size, mtime]
+        if self.label_mapping_file is not None and self._state_identity is not None:
             parts += [os.path.basename(self.label_mapping_file), *self._state_identity]
         return parts
 
@@ -259,4 +265,4 @@ class HTKMLFDeserializer(IndexedDeserializer):
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickles as its arguments; the copy parses the files again and refuses any that changed."""
         args, kwargs = self._arguments
-        return (rebuild_unchanged, (type(self), args, kwargs, self.fingerprint()))
+        return (rebuild_unchanged, (type(self), args, kwargs, self.fingerprint(), [i for _, i in self.parsed_files]))

@@ -28,7 +28,7 @@ from ..errors import ConfigError, FormatError, Location
 from ..identity import array_digest, file_entry
 from ..keys import KeyColumn, ObjectKeys, TextKeys
 from ..streams import StreamInformation, iter_stream_defs, parse_precision
-from .data_file import DataFile, rebuild_unchanged
+from .data_file import DataFile, read_whole, rebuild_unchanged
 from .image_map import (
     Base64Index,
     ImageMap,
@@ -388,7 +388,11 @@ class ImageDeserializer(ImageDeserializerBase):
     def _index_images(self, config: _Streams) -> tuple[KeyColumn, np.ndarray, int]:
         multi_view = self._format_options["multi_view"]
         views = self.pipeline.multiview if multi_view is None else bool(multi_view)
-        self.images: ImageMap = parse_image_map(self.filename, label_dim=config.label_dim, multi_view=views)
+        self.images: ImageMap
+        self.images, identities = read_whole(
+            [self.filename], lambda: parse_image_map(self.filename, label_dim=config.label_dim, multi_view=views)
+        )
+        self.parsed_files = [(self.filename, identities[0])]
         if len(self.images) == 0:
             raise FormatError("the map file lists no image", Location(self.filename, 0))
         self.archives = ZipArchives(self.images)
@@ -419,7 +423,7 @@ class ImageDeserializer(ImageDeserializerBase):
 
     def __reduce__(self) -> tuple[Any, ...]:
         args, kwargs = self._arguments
-        return (rebuild_unchanged, (type(self), args, kwargs, self.fingerprint()))
+        return (rebuild_unchanged, (type(self), args, kwargs, self.fingerprint(), [i for _, i in self.parsed_files]))
 
 
 class Base64ImageDeserializer(Sharded, ImageDeserializerBase):
@@ -455,6 +459,7 @@ class Base64ImageDeserializer(Sharded, ImageDeserializerBase):
         except BaseException:
             self._file.close()
             raise
+        self.parsed_files = [(self.filename, self._file.identity)]
         return self.index.keys, self.index.labels, 1
 
     def _read(self, image: int) -> bytes | None:
@@ -486,7 +491,7 @@ class Base64ImageDeserializer(Sharded, ImageDeserializerBase):
         layout = [self.index.payload_offsets, self.index.payload_lengths]
         return {**super().identity(), "files": [file_entry(self.filename, self._file.fd, self._file.size, layout)]}
 
-        return (rebuild_unchanged, (type(self), args, kwargs, self.fingerprint()))
+        return (rebuild_unchanged, (type(self), args, kwargs, self.fingerprint(), [i for _, i in self.parsed_files]))
 
 
 __all__: Sequence[str] = ["Base64ImageDeserializer", "ImageDeserializer"]
