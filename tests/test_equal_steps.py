@@ -374,3 +374,16 @@ def test_explain_shows_what_each_rule_does(data: str) -> None:
     carry, pad = plan["equal_steps"]["carry"], plan["equal_steps"]["pad"]
     assert carry["own"] == pad["own"] == counts  # the same count as explain's own walk
     assert carry["steps"] == min(counts) and pad["steps"] == max(counts)
+
+
+def test_spawned_loader_workers_carry_across_passes(data: str) -> None:
+    """A loader worker started by spawn (new each pass) learns what the previous pass carried from the shared record
+    and yields the rank's stream as one process reads it."""
+    from torch.utils.data import DataLoader
+
+    dataset = MinibatchDataset(functools.partial(data_helpers.make_source, data), MINIBATCH,
+                               num_partitions=3, partition_index=2, equal_steps="carry")  # fmt: skip
+    loader = DataLoader(dataset, batch_size=None, num_workers=1, multiprocessing_context="spawn")
+    passes = [[[key for _, key in batch.keys] for batch in loader] for _ in range(2)]
+    assert passes == run_ranks(data, 3, "carry", 2)[2]
+    assert dataset._carry.get(3) is not None  # (the record the workers shared)
