@@ -35,10 +35,6 @@ class FileIdentity(NamedTuple):
     def of(cls, info: os.stat_result) -> FileIdentity:
         return cls(info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
-    @classmethod
-    def of_path(cls, path: str | os.PathLike[str]) -> FileIdentity:
-        return cls.of(os.stat(path))
-
     def changes(self, now: FileIdentity) -> list[str]:
         """What differs in ``now`` (empty when nothing does), in words, for error messages."""
         found = []
@@ -249,7 +245,7 @@ def rebuild_unchanged(
     if reader.fingerprint() != fingerprint:
         changes = ["its files' names, sizes or modification times"]
     for (path, now), then in zip(getattr(reader, "parsed_files", []), parsed or []):
-        if not changes and then is not None and now is not None:
+        if then is not None and now is not None and not changes:
             changes, where = changes_since_pickled(FileIdentity(*then), now), path
     if changes:
         close = getattr(reader, "close", None)
