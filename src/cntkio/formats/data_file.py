@@ -22,7 +22,9 @@ class FileIdentity(NamedTuple):
     --inplace -t``) after rewriting the file with the same size. The change time is set by the kernel on every
     write (and chmod, chown, rename or link) and cannot be set back; the inode changes when the file is replaced
     or copied. So, as git's index does, a file is taken as unchanged only when all of them are: a copy or a
-    restored file counts as changed (its index is built again once), never the other way round.
+    restored file counts as changed (its index is built again once), never the other way round. (Times have the
+    filesystem's granularity: where it is coarse, a rewrite within the clock tick of the change just before the
+    file was opened leaves no trace — git's "racy" case; kernels with multigrain timestamps, 6.13+, leave none.)
     """
 
     device: int
