@@ -21,6 +21,8 @@ from hypothesis import strategies as st
 
 pytest.importorskip("torch")
 sys.path.insert(0, str(Path(__file__).parent))
+import torch
+
 import torch_dist_worker as data_helpers
 from cntkio import ConfigError, CTFDeserializer, MinibatchSource, StreamDef, StreamDefs
 from cntkio.equal_steps import EqualSteps, EqualStepsReader
@@ -236,6 +238,12 @@ def test_padding_batches_are_empty_and_weigh_nothing(data: str) -> None:
     assert padding and all(b.weight == 0.0 and b.keys == [] for b in padding)
     assert all(b.weight == 1.0 and b.keys for b in batches[: counts[rank]])
     assert padding[0]["x"].shape[0] == 0 and padding[0]["s"].shape[0] == 0 and padding[0].masks["s"].shape[0] == 0
+    for layout in ("packed", "nested"):  # layouts that cannot be empty: one zero sample, weight 0, no keys
+        dataset = MinibatchDataset(functools.partial(data_helpers.make_source, data), MINIBATCH, num_partitions=3,
+                                   partition_index=rank, equal_steps="pad", layout=layout)  # fmt: skip
+        last = list(dataset)[-1]
+        assert last.weight == 0.0 and last.keys == [] and last.lengths["x"].tolist() == [1]
+        assert float(torch.as_tensor(last["x"].data if layout == "packed" else last["x"].values()).abs().sum()) == 0
 
 
 def test_the_reader_for_other_frameworks_shares_the_rule(data: str) -> None:

@@ -69,7 +69,7 @@ class TorchMinibatch:
     sample (zero-copy from NumPy), otherwise padded ``[batch, max_len, *shape]``, and sparse streams are CSR tensors
     with one row per sample. ``keys`` (the provenance of each sequence) is computed when first asked for, or when
     the batch leaves a loader worker process. ``weight`` is 0 on the empty batches that pad a rank's epoch to the
-    steps of the others (``equal_steps="pad"``), else 1.
+    steps of the others (``equal_steps="pad"``; one zero sample in layouts that cannot be empty), else 1.
     """
 
     tensors: dict[str, Any]
@@ -631,20 +631,23 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
     def _padding(
         self, source: MinibatchSource, stream: RankStream, epoch: int, index: int, base: int
     ) -> TorchMinibatch:
-        """An empty batch of weight 0: this rank's step while the others still read data (rule "pad")."""
+        """An empty batch of weight 0: this rank's step while the others still read data (rule "pad"). Layouts that
+        cannot be empty (``packed``, ``nested``) get one sequence of one zero sample (still no keys, weight 0)."""
         streams, lengths = {}, {}
         for info in source.stream_infos():
+            layout = self._layout_of(info.name)
+            count = 1 if layout in ("packed", "nested") else 0
             sparse = info.is_sparse
             empty = MinibatchData(
                 info,
-                np.zeros(0 if sparse else (0, *info.shape), dtype=info.dtype),
-                np.zeros(0, dtype=np.int64),
+                np.zeros(0 if sparse else (count, *info.shape), dtype=info.dtype),
+                np.full(count, 1, dtype=np.int64),
                 False,
                 indices=np.zeros(0, dtype=np.int32) if sparse else None,
-                indptr=np.zeros(1, dtype=np.int64) if sparse else None,
+                indptr=np.zeros(1 + count, dtype=np.int64) if sparse else None,
             )
-            streams[info.name] = stream_tensors(empty, self._layout_of(info.name), self.pad_id)
-            lengths[info.name] = torch.zeros(0, dtype=torch.int64)
+            streams[info.name] = stream_tensors(empty, layout, self.pad_id)
+            lengths[info.name] = torch.from_numpy(empty.sequence_lengths)
         return TorchMinibatch(
             tensors={name: tensors.value for name, tensors in streams.items()},
             lengths=lengths,
