@@ -19,6 +19,7 @@ torch = pytest.importorskip("torch")
 
 from torch.utils.data import DataLoader  # noqa: E402
 
+import cntkio.torch  # noqa: E402
 import torch_dist_worker as worker  # noqa: E402
 from cntkio.torch import MinibatchDataset, TorchMinibatch, _begin_pass, _WorkerPass  # noqa: E402
 
@@ -110,6 +111,20 @@ def test_spawned_persistent_workers(path: str, epochs: dict[int, list[list[int]]
     data = DataLoader(dataset, batch_size=None, num_workers=2, persistent_workers=True,
                       multiprocessing_context="spawn")  # fmt: skip
     assert [check_pass(list(data), epochs) for _ in range(2)] == [0, 1]
+
+
+def _each_worker_its_own_epoch(table: dict[str, Any], worker: _WorkerPass | None) -> int:
+    return 0 if worker is None else worker.worker
+
+
+def test_workers_that_read_different_epochs_raise(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """However the workers of a pass came to disagree, the main process raises on their batches."""
+    monkeypatch.setattr(cntkio.torch, "_begin_pass", _each_worker_its_own_epoch)  # (inherited by forked workers)
+    data = DataLoader(dataset_of(path), batch_size=None, num_workers=2)
+    with pytest.raises(
+        RuntimeError, match=r"the workers of one DataLoader pass .* read different epochs: [01] .* and [01]"
+    ):
+        list(data)
 
 
 # --- the table of passes -------------------------------------------------------------------------------------

@@ -118,7 +118,31 @@ class TorchMinibatch:
 def _minibatch_from_state(state: dict[str, Any]) -> TorchMinibatch:
     batch = TorchMinibatch.__new__(TorchMinibatch)
     batch.__dict__.update(state)
+    sent = batch.__dict__.pop("_pass", None)
+    if sent is not None:
+        _check_pass(*sent)
     return batch
+
+
+_EPOCHS_SEEN: dict[tuple[str, int, int, int], tuple[int, int]] = {}  # a pass -> (its epoch, a worker that read it)
+
+
+def _check_pass(job: str, workers: int, base_seed: int, number: int, epoch: int, pid: int) -> None:
+    """Raises when a batch of a loader pass read another epoch than a batch of the same pass from another worker
+    still running (the workers of a pass disagree; see _Passes). In the main process."""
+    key = (job, workers, base_seed, number)
+    seen = _EPOCHS_SEEN.get(key)
+    if seen is not None and seen[0] == epoch:
+        return
+    if seen is not None and seen[1] != pid and shm.alive(seen[1]):
+        raise RuntimeError(
+            f"the workers of one DataLoader pass ({workers} workers, base seed {base_seed}) read different epochs: "
+            f"{seen[0]} (worker process {seen[1]}) and {epoch} (worker process {pid}); their batches would repeat "
+            "some sequences and miss others"
+        )
+    _EPOCHS_SEEN[key] = (epoch, pid)
+    if len(_EPOCHS_SEEN) > 256:  # (the oldest passes are long over)
+        del _EPOCHS_SEEN[next(iter(_EPOCHS_SEEN))]
 
 
 def _unpacked_minibatch(wire: torch_transport.Wire) -> TorchMinibatch:
@@ -499,11 +523,13 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
         # The pass and its epoch are taken when the iteration begins (a loader worker begins one when its pass
         # starts), not when its first batch is asked for.
         worker = get_worker_info()
-        epoch = self._epochs.begin(self._worker_pass(worker) if worker is not None else None)
+        worker_pass = self._worker_pass(worker) if worker is not None else None
+        epoch = self._epochs.begin(worker_pass)
         resume, self._resume = self._resume, None  # a loaded state applies to the next iteration only
         if resume is not None:
             self._last_state = resume  # (what state_dict() reports until the first batch)
-        return self._minibatches(epoch, resume, worker)
+        sent = None if worker_pass is None else (self._job[1], *worker_pass.key, epoch, os.getpid())
+        return self._minibatches(epoch, resume, worker, sent)
 
     def _worker_pass(self, worker: Any) -> _WorkerPass:
         pid, begun = self._begun_here
@@ -511,7 +537,11 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
         self._begun_here = (os.getpid(), number + 1)
         return _WorkerPass(worker.num_workers, worker.id, worker.seed - worker.id, number)
 
-    def _minibatches(self, epoch: int, resume: dict[str, Any] | None, worker: Any) -> Iterator[TorchMinibatch]:
+    def _minibatches(
+        self, epoch: int, resume: dict[str, Any] | None, worker: Any, sent: tuple[Any, ...] | None
+    ) -> Iterator[TorchMinibatch]:
+        """The minibatches of a pass; in a loader worker, ``sent`` marks them with the pass and the epoch read (the
+        main process checks that the workers of a pass agree: _check_pass)."""
         workers, worker_id = (worker.num_workers, worker.id) if worker is not None else (1, 0)
         partitions, rank = self._partition()
         transport = torch_transport.worker_pool(shm.job_name(*self._job)) if worker is not None else None
@@ -568,6 +598,7 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
                     index=index - 1,
                 )
                 batch._transport = transport  # type: ignore[attr-defined]
+                batch._pass = sent  # type: ignore[attr-defined]
                 del minibatch  # only the caller holds the batch: once it lets go, the next read reuses its memory
                 yield batch
                 del batch
