@@ -29,6 +29,8 @@ from cntkio import (
     StreamInformation,
     write_cbf,
 )
+from cntkio.formats.htk_features import HTKFeatureDeserializer
+from cntkio.htk import write_archive, write_scp
 from cntkio.identity import LISTED_FILES, RANGE_BYTES, SAMPLED_RANGES
 from order_helpers import (
     STREAMS,
@@ -452,3 +454,30 @@ def test_property_a_copy_continues_exactly(
         MODES[mode],
         stop=stop,
     )
+
+
+def htk_corpus(directory: Path, lengths: list[int]) -> Path:
+    """Utterances of the given lengths in two archives and an SCP naming them by absolute paths."""
+    directory.mkdir(parents=True)
+    utterances = {f"utt{i:03}": np.full((n, 3), i, dtype=np.float32) for i, n in enumerate(lengths)}
+    names = list(utterances)
+    entries = [
+        e for a in range(2) for e in write_archive(directory / f"part{a}.ark", {k: utterances[k] for k in names[a::2]})
+    ]
+    write_scp(directory / "all.scp", entries)
+    return directory / "all.scp"
+
+
+def htk(scp: Path) -> HTKFeatureDeserializer:
+    return HTKFeatureDeserializer(StreamDefs(feats=StreamDef(shape=3, scp=str(scp))), chunk_frames=20)
+
+
+def test_an_htk_corpus_whose_scp_names_other_paths_restores(tmp_path: Path) -> None:
+    """An SCP file of a copy names the copy's paths: its bytes differ, the corpus does not."""
+    lengths = np.random.default_rng(2).integers(1, 9, size=30).tolist()
+    original, copy = htk_corpus(tmp_path / "a", lengths), htk_corpus(tmp_path / "node2" / "b", lengths)
+    assert original.read_bytes() != copy.read_bytes()
+    assert_continues(lambda: htk(original), lambda: htk(copy), MODES["frame"])
+    other = htk_corpus(tmp_path / "other", [*lengths[:-1], lengths[-1] + 1])
+    message = refusal(lambda: htk(other), state_after(lambda: htk(original)))
+    assert "deserializer 0 (HTKFeatureDeserializer): its index" in message
