@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cntkio import (
     CBFDeserializer,
@@ -86,12 +88,23 @@ def test_a_ctf_file_rewritten_in_place_under_a_source_is_an_error_never_other_ke
     source.close()
 
 
+def counting_fstat(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The descriptors ``os.fstat`` is called with from now on."""
+    calls: list[int] = []
+    fstat = os.fstat
+
+    def counted(fd: int) -> os.stat_result:
+        calls.append(fd)
+        return fstat(fd)
+
+    monkeypatch.setattr(os, "fstat", counted)
+    return calls
+
+
 def test_one_fstat_per_chunk_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = numbered_ctf(tmp_path / "data.ctf", 2000)
     reader = CTFDeserializer(path, X, chunk_size_in_bytes=4096)
-    calls: list[int] = []
-    fstat = os.fstat
-    monkeypatch.setattr(os, "fstat", lambda fd: (calls.append(fd), fstat(fd))[1])
+    calls = counting_fstat(monkeypatch)
     for chunk in range(reader.num_chunks()):
         reader.get_chunk(chunk)
     assert len(calls) == reader.num_chunks() > 5
@@ -225,9 +238,7 @@ def test_a_base64_chunk_costs_one_fstat(tmp_path: Path, monkeypatch: pytest.Monk
     path = tmp_path / "images.b64"
     path.write_text("".join(f"{i}\t{i % 4}\t{base64.b64encode(bmp(i)).decode()}\n" for i in range(12)))
     reader = Base64ImageDeserializer(path, IMAGE, images_per_chunk=4)
-    calls: list[int] = []
-    fstat = os.fstat
-    monkeypatch.setattr(os, "fstat", lambda fd: (calls.append(fd), fstat(fd))[1])
+    calls = counting_fstat(monkeypatch)
     for chunk in range(reader.num_chunks()):
         reader.get_chunk(chunk)
     assert len(calls) == reader.num_chunks() == 3
@@ -297,3 +308,43 @@ def test_pickled_readers_refuse_listings_rewritten_with_their_mtime_put_back(tmp
         with pytest.raises(FormatError, match=r"changed since the deserializer was pickled.*change time") as raised:
             pickle.loads(pickled)
         assert raised.value.file == str(path)
+
+
+# ------------------------------------------------------------------------------------------------ property
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    edits=st.lists(
+        st.tuples(
+            st.integers(0, 10**6),
+            st.one_of(st.text("0123456789", min_size=1, max_size=6).map(str.encode), st.binary(min_size=1, max_size=8)),
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    mtime_back=st.booleans(),
+    chunk=st.integers(0, 7),
+)
+def test_after_any_in_place_edit_a_chunk_read_raises_or_is_the_indexed_data(
+    tmp_path_factory: pytest.TempPathFactory, edits: list[tuple[int, bytes]], mtime_back: bool, chunk: int
+) -> None:
+    """Any bytes written anywhere in the file (the same ones too), the modification time put back or not: a chunk
+    read afterwards raises an error naming the file, or gives exactly what it gave before the edit."""
+    path = numbered_ctf(tmp_path_factory.mktemp("edit") / "data.ctf", 800)
+    reader = CTFDeserializer(path, X, chunk_size_in_bytes=2400)
+    chunk %= reader.num_chunks()
+    before = reader.get_chunk(chunk)["x"].values.copy()
+    data = bytearray(path.read_bytes())
+    for at, piece in edits:
+        at %= len(data) - len(piece)
+        data[at : at + len(piece)] = piece
+    if mtime_back:
+        rewrite_in_place(path, bytes(data))
+    else:
+        with path.open("r+b") as file:
+            file.write(bytes(data))
+    try:
+        after = reader.get_chunk(chunk)["x"].values
+    except FormatError as error:
+        assert error.file == str(path)
+    else:
+        np.testing.assert_array_equal(after, before)
