@@ -13,9 +13,10 @@ ctime, a copied or restored one a new inode, and its cache is built again once (
 left out: one file on shared storage has other device numbers on other machines, which share its cache.
 
 Writing is atomic (a temporary file in the same directory, flushed, then renamed over the old one), so a reader
-never sees a half-written cache and concurrent writers leave one complete file. Caches go next to the data file (``<data file>.<options digest>.cntkio-index``), or into
-``index_cache_dir`` (for read-only data), named after the data file's absolute path. A cache that cannot be
-written (read-only directory, full disk) is a warning, never an error.
+never sees a half-written cache and concurrent writers leave one complete file. Caches go next to the data file
+(``<data file>.<options digest>.cntkio-index``), or into ``index_cache_dir`` (for read-only data), named after the
+data file's absolute path. A cache that cannot be written (read-only directory, full disk) is a warning, never an
+error.
 
 Layout (little-endian)::
 
