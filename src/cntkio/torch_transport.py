@@ -7,10 +7,11 @@ copied into a free slot and only their places cross the queue (:class:`Wire`); t
 file once, removes its name, and builds the tensors over it without a copy. A slot is reused once every tensor of
 its batch, views included, is gone in the main process.
 
-A batch that gets no slot — all in use (a training loop keeping batches), or ``/dev/shm`` full — travels inline, in
-the pickle through the queue's pipe (:func:`inline`): never torch's way, whose shared-memory files torch's queue
-feeder thread makes where an error cannot reach anyone, and the batch would be lost (the loader then waits forever).
-Whatever else goes wrong while a worker sends a batch is raised in the main process (:func:`failed`).
+A batch that finds every slot in use (a training loop keeping batches) gets a slot of its own, freed with its
+tensors. One that gets no slot (``/dev/shm`` full) travels inline, in the pickle through the queue's pipe
+(:func:`inline`): never torch's way, whose shared-memory files torch's queue feeder thread makes where an error
+reaches no one, and the batch would be lost (the loader then waits forever). Whatever else goes wrong while a worker
+sends a batch is raised in the main process (:func:`failed`).
 
 The slots of a worker live in the job's private directory (:func:`cntkio.shm.job_directory`) under a name no other
 pool has — the worker's PID and a random nonce, so that a later worker with a reused PID makes its own — and each
