@@ -203,3 +203,23 @@ def test_restores_anywhere_count_each_bad_record_once(
     report = source.error_report(limit=200)
     assert report.total == len(bad)
     assert sum(report.by_kind.values()) == len(bad)
+
+
+def test_counting_builds_no_error_object_beyond_those_shown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counted errors stay arrays: a sweep over thousands of bad records builds a FormatError (message, key lookup)
+    only for the few logged at trace_level 1, none per error counted."""
+    import cntkio.errors
+
+    built = []
+    original = cntkio.errors.FormatError.__init__
+
+    def counting(self: cntkio.errors.FormatError, *args: object, **kwargs: object) -> None:
+        built.append(1)
+        original(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cntkio.errors.FormatError, "__init__", counting)
+    path = dirty(tmp_path / "d.ctf", 5000, {1, *range(2, 5000, 2)})
+    reader = CTFDeserializer(path, AB, max_errors=10_000, chunk_size_in_bytes=4096)
+    drain(MinibatchSource(reader, max_sweeps=2))
+    assert reader.errors.count == 2500
+    assert len(built) <= SHOWN
