@@ -5,9 +5,10 @@ A state is a small JSON-serialisable dict: ``version``, CNTK's ``minibatchSource
 the identity of the data by content (:mod:`cntkio.identity`: a copy of the data elsewhere, under other names,
 restores) and of the configuration that decides the order, the ``epoch``, the ``cursor`` (sweep, block, positions,
 partitioning and the *layers* of earlier partitionings: what each earlier partition had read), for truncated BPTT
-the sequences in flight (``bptt_slots``), and a ``digest`` of all of it. Anything else, anything out of range, or
-a state changed by hand is rejected with a ``ConfigError`` (a ``ValueError``) before it can make the source read
-other data.
+the sequences in flight (``bptt_slots``), the error ledgers when errors were counted (``errors``: counts per chunk and
+the first located errors, :mod:`cntkio.error_ledger`), and a ``digest`` of all of it. Anything else, anything out of
+range, or a state changed by hand is rejected with a ``ConfigError`` (a ``ValueError``) before it can make the source
+read other data.
 """
 
 from __future__ import annotations
