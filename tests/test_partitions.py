@@ -352,13 +352,6 @@ def test_merge_needs_every_partition(sources, files):
         MinibatchSource.merge_checkpoints([states[0], states[0], states[2]])
     with pytest.raises(ValueError):
         MinibatchSource.merge_checkpoints([])
-    bptt_states = []
-    for index in range(2):
-        source = sources.open(data, chunk_size=chunk, truncation_length=3)
-        read(source, 6, limit=1, num_data_partitions=2, partition_index=index)
-        bptt_states.append(source.get_checkpoint_state())
-    with pytest.raises(ValueError):
-        MinibatchSource.merge_checkpoints(bptt_states)
 
 
 # --------------------------------------------------------------------------------------------- provenance

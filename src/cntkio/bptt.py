@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from .errors import ConfigError
+
 
 @dataclass
 class Piece:
@@ -21,13 +23,20 @@ class Piece:
 
 class BpttSlots:
     """The carry-over between BPTT minibatches: per slot, the units not fully delivered yet, and the
-    units fetched from the timeline that no slot has taken yet (in timeline order)."""
+    units fetched from the timeline that no slot has taken yet (in timeline order).
+
+    After an elastic merge (:func:`cntkio.checkpoint.merge_checkpoints`) the sequences every old partition had in
+    flight are *merged*: the first read with k partitions shares them out (partition i takes every k-th from the
+    i-th) into its *carried* queue, which its slots take from, where each piece stopped, before any unit of the
+    timeline."""
 
     def __init__(self, truncation_length: int):
         self.truncation_length = truncation_length
         self.slots: list[deque[list[int]]] = []  # per slot: [unit, delivered samples, length]
         self.pending: list[int] = []  # samples waiting in each slot
         self.waiting: deque[list[int]] = deque()  # [unit, length, 1 if it ends a sweep]
+        self.carried: deque[list[int]] = deque()  # [unit, delivered samples, length, 1 if it ends a sweep]
+        self.merged: list[list[int]] | None = None  # the in-flight pieces of a merge, not shared out yet
 
     def resize(self, count: int) -> None:
         """Sets the number of slots; units of removed slots move to the last kept slot."""
@@ -45,14 +54,24 @@ class BpttSlots:
         ended = False
         for slot in range(len(self.slots)):
             while self.pending[slot] <= self.truncation_length:
-                if not self.waiting and not self._fetch(fetch):
-                    return ended
-                unit, length, ends_sweep = self.waiting.popleft()
+                if self.carried:
+                    unit, done, length, ends_sweep = self.carried.popleft()
+                else:
+                    if not self.waiting and not self._fetch(fetch):
+                        return ended
+                    unit, length, ends_sweep = self.waiting.popleft()
+                    done = 0
                 ended |= bool(ends_sweep)
-                if length:
-                    self.slots[slot].append([unit, 0, length])
-                    self.pending[slot] += length
+                if length > done:
+                    self.slots[slot].append([unit, done, length])
+                    self.pending[slot] += length - done
         return ended
+
+    def share(self, partitions: int, index: int) -> None:
+        """Takes this partition's share of a merge's pieces in flight (once, at the first read after the restore)."""
+        if self.merged is not None:
+            self.carried.extend(self.merged[index::partitions])
+            self.merged = None
 
     def _fetch(self, fetch: Callable[[], tuple[np.ndarray, np.ndarray, list[int]]]) -> bool:
         units, lengths, sweep_ends = fetch()
@@ -70,7 +89,22 @@ class BpttSlots:
 
     def units(self) -> list[int]:
         """Units in the slots or waiting for one (their chunks are still needed)."""
-        return [entry[0] for slot in self.slots for entry in slot] + [u for u, _, _ in self.waiting if u >= 0]
+        return (
+            [entry[0] for slot in self.slots for entry in slot]
+            + [entry[0] for entry in self.carried if entry[0] >= 0]
+            + [u for u, _, _ in self.waiting if u >= 0]
+        )
+
+    def in_flight(self) -> list[list[int]]:
+        """Every piece this partition still owes, oldest first, as [unit, delivered samples, length, 1 if it ends
+        a sweep] (what an elastic merge carries over)."""
+        if self.merged is not None:
+            return [list(entry) for entry in self.merged]
+        return (
+            [[*entry, 0] for slot in self.slots for entry in slot]
+            + [list(entry) for entry in self.carried]
+            + [[unit, 0, length, ends] for unit, length, ends in self.waiting]
+        )
 
     def cut(self) -> list[list[Piece]]:
         """Takes up to T samples from every slot: the pieces of each row, in order."""
@@ -95,13 +129,46 @@ class BpttSlots:
         return {
             "slots": [[list(entry) for entry in slot] for slot in self.slots],
             "waiting": [list(w) for w in self.waiting],
+            "carried": [list(entry) for entry in self.carried],
+            "merged": None if self.merged is None else [list(entry) for entry in self.merged],
         }
 
     def restore(self, state: dict[str, Any] | None) -> None:
-        state = state or {"slots": [], "waiting": []}
+        state = state or {"slots": [], "waiting": [], "carried": [], "merged": None}
         self.slots = [deque([list(map(int, entry)) for entry in slot]) for slot in state["slots"]]
         self.pending = [sum(length - done for _, done, length in slot) for slot in self.slots]
         self.waiting = deque([list(map(int, w)) for w in state["waiting"]])
+        self.carried = deque([list(map(int, entry)) for entry in state["carried"]])
+        merged = state["merged"]
+        self.merged = None if merged is None else [list(map(int, entry)) for entry in merged]
+
+
+def check_in_flight(state: dict[str, Any], lengths: np.ndarray) -> None:
+    """Checks the pieces of a BPTT state (``bptt_slots``, types already checked) against the sequence lengths of
+    the data: every unit within the data with its own length, every offset within it. Raises ``ConfigError``."""
+    entries = [
+        (f"slots[{n}]", unit, done, length, 0) for n, slot in enumerate(state["slots"]) for unit, done, length in slot
+    ]
+    entries += [("waiting", unit, 0, length, ends) for unit, length, ends in state["waiting"]]
+    for key in ("carried", "merged"):
+        entries += [(key, unit, done, length, ends) for unit, done, length, ends in state[key] or []]
+    units = len(lengths)
+    for where, unit, done, length, ends in entries:
+        if ends not in (0, 1):
+            raise ConfigError(f"checkpoint: bptt_slots.{where}: a sweep-end flag must be 0 or 1, got {ends}")
+        if unit == -1 and where != "slots" and done == length == 0:
+            continue  # marks only the end of a sweep
+        if not 0 <= unit < units:
+            raise ConfigError(f"checkpoint: bptt_slots.{where}: sequence {unit} is outside the data's [0, {units})")
+        if length != int(lengths[unit]):
+            raise ConfigError(
+                f"checkpoint: bptt_slots.{where}: sequence {unit} has {int(lengths[unit])} samples; the state says "
+                f"{length}"
+            )
+        if not 0 <= done < length:
+            raise ConfigError(
+                f"checkpoint: bptt_slots.{where}: {done} samples delivered of sequence {unit}; allowed [0, {length})"
+            )
 
 
 def row_layout(rows: list[list[Piece]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -286,13 +286,28 @@ class Cursor:
         sweep, k = state["sweep"], state["block"]
         order = self.order(sweep)
         if not 0 <= k < order.num_blocks:
-            raise ConfigError(f"checkpoint block {k} is outside the sweep's {order.num_blocks} blocks")
+            raise ConfigError(f"checkpoint: cursor.block is {k}; allowed [0, {order.num_blocks - 1}] (sweep {sweep})")
+        units, samples = order.block_start(k)
+        if (state["block_position"], state["block_samples"]) != (units, samples):
+            raise ConfigError(
+                f"checkpoint: cursor.block_position {state['block_position']} and cursor.block_samples "
+                f"{state['block_samples']} must be where block {k} of sweep {sweep} starts: unit {units}, sample "
+                f"{samples}"
+            )
         block = self.block_at(sweep, k)
-        offset = state["position"] - state["block_position"]
-        if not 0 <= offset <= len(block) or not 0 <= state["block_position"] <= self.corpus.num_units - len(block):
-            raise ConfigError(f"checkpoint position {state['position']} does not lie in block {k} of sweep {sweep}")
-        if not 0 <= state["block_samples"] <= self.sweep_size - block.samples:
-            raise ConfigError(f"checkpoint block sample position {state['block_samples']} is out of range")
+        offset = state["position"] - units
+        if not 0 <= offset <= len(block):
+            raise ConfigError(
+                f"checkpoint: cursor.position is {state['position']}; allowed [{units}, {units + len(block)}] "
+                f"(block {k} of sweep {sweep})"
+            )
+        for layer_sweep, layers in state["layers"].items():
+            for _, cursors in layers:
+                if any(self.corpus.num_units < c != ALL_CONSUMED for c in cursors):
+                    raise ConfigError(
+                        f"checkpoint: a cursor of cursor.layers[{layer_sweep}] is beyond the sweep's "
+                        f"{self.corpus.num_units} units; allowed [0, {self.corpus.num_units}] or {ALL_CONSUMED}"
+                    )
         self.sweep, self.block, self.offset = sweep, k, offset
         self.unit_base, self.sample_base = state["block_position"], state["block_samples"]
         self.partitioning = tuple(state["partitioning"]) if state["partitioning"] else None  # type: ignore[assignment]

@@ -150,6 +150,29 @@ class SweepOrder:
         r = self.randomization
         return bucketed(block, r.bucket_samples, [r.seed % 2**64, self.sweep, k]) if r.bucket_samples else block
 
+    def block_start(self, k: int) -> tuple[int, int]:
+        """Units and samples of the blocks before block k (where a cursor entering block k stands in the sweep),
+        without building them: in the default order, every unit of the chunks whose keys all lie below the block
+        plus the units below it of the window's chunks that straddle it."""
+        corpus = self.corpus
+        frame_mode = corpus.frame_mode
+        if self._compat_units is not None:
+            units = int(self._compat_starts[k])
+            return units, units if frame_mode else int(corpus.lengths[self._compat_units[:units]].sum())
+        if not self._shuffled:
+            return int(corpus.unit_starts[k]), int(corpus.chunk_samples[:k].sum())
+        low = self._bounds[k]
+        below = int(self._ends.searchsorted(low, side="right"))  # ranks whose keys all lie below the block
+        straddling = int(self._starts.searchsorted(low, side="left"))
+        chunks = self.chunk_order[:below]
+        units, samples = int(corpus.units_per_chunk[chunks].sum()), int(corpus.chunk_samples[chunks].sum())
+        if straddling > below:
+            keys, ids = self._rank_keys(below, straddling)
+            count = int(keys.searchsorted(low, side="left"))
+            units += count
+            samples += count if frame_mode else int(corpus.lengths[ids[:count]].sum())
+        return units, samples
+
     def _shuffled_block(self, k: int) -> Block:
         """The units whose keys fall in block k's interval, by increasing key (ties: lower rank first).
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from . import _native
 from .assemble import Assembler
-from .bptt import BpttSlots, row_layout
+from .bptt import BpttSlots, check_in_flight, row_layout
 from .budget import BudgetReport, window_within
 from .checkpoint import CHECKPOINT_VERSION, merge_checkpoints, seal, validate
 from .chunk_cache import ChunkCache
@@ -612,6 +612,7 @@ class MinibatchSource:
                 f"truncation_length={length}"
             )
         self._slots.resize(total_slots // partitions + (index < total_slots % partitions))
+        self._slots.share(partitions, index)
 
         def fetch() -> tuple[np.ndarray, np.ndarray, list[int]]:
             selection = self._cursor.select(minibatch_size, partitions, index, self._epoch_end)
@@ -733,16 +734,26 @@ class MinibatchSource:
                 return
             checked = validate(state, json.loads(self._identity))
             bptt = checked["bptt_slots"]
-            if bool(bptt) != bool(self.truncation_length) and bptt is not None:
-                raise ConfigError("checkpoint: BPTT slots in a state for a source without truncated BPTT")
+            if (bptt is None) == bool(self.truncation_length):
+                raise ConfigError(
+                    "checkpoint: bptt_slots (the sequences in flight) belong in the states of truncated BPTT sources "
+                    "only, and in each of them"
+                )
             if bptt:
-                units = [u for slot in bptt["slots"] for u, _, _ in slot] + [u for u, _, _ in bptt["waiting"]]
-                if any(u >= self._corpus.num_units for u in units):
-                    raise ConfigError("checkpoint: a BPTT slot names a sequence outside the data")
+                check_in_flight(bptt, self._corpus.lengths)
+            position, epoch, size = checked["minibatchSourcePosition"], checked["epoch"], self.epoch_size
+            if math.isfinite(size) and size and not epoch * size <= position <= (epoch + 1) * size:
+                raise ConfigError(
+                    f"checkpoint: minibatchSourcePosition is {position}; epoch {epoch} allows "
+                    f"[{epoch * size}, {(epoch + 1) * size}] (epoch size {size})"
+                )
             cursor = Cursor(self._corpus, self.randomization)  # the source changes only once every check passed
             cursor.set_state(checked["cursor"])
-            if cursor.position != checked["minibatchSourcePosition"]:
-                raise ConfigError("checkpoint: minibatchSourcePosition does not match the cursor (a modified state?)")
+            if cursor.position != position:
+                raise ConfigError(
+                    f"checkpoint: minibatchSourcePosition {position} does not match the cursor's sample position "
+                    f"{cursor.position}"
+                )
             ledgers = restored_ledgers(ledgers_of(self._corpus.deserializers), checked["errors"])
             for (ledger, deserializer), ledger_state in ledgers:
                 ledger.check_restorable(ledger_state, deserializer.num_chunks())
