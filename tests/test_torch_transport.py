@@ -73,11 +73,12 @@ def test_a_worker_with_a_dead_workers_pid_is_served_its_own_batch() -> None:
 
 
 REUSED_PID_SCRIPT = r"""
-import os, pickle, sys
+import os, pickle, secrets, sys
 import torch
 from cntkio import shm, torch_transport
 
-job = shm.job_name(os.getpid(), "realreuse")
+token = secrets.token_hex(6)  # (this script is PID 1 of its namespace, as another run of it may be)
+job = shm.job_name(os.getpid(), token)
 
 def through_a_worker(values, pid=None):
     if pid is not None:  # the next process made gets this PID (a private PID namespace: nothing else forks)
@@ -101,7 +102,7 @@ first, pid = through_a_worker([1, 2, 3])
 second, again = through_a_worker([7, 8, 9], pid)
 assert again == pid, (again, pid)
 print(first, second)
-shm.remove_job(os.getpid(), "realreuse")
+shm.remove_job(os.getpid(), token)
 """
 
 
