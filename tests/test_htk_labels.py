@@ -231,6 +231,20 @@ def test_each_invalid_kind_raises_with_file_line_and_key(tmp_path: Path, kind: s
     assert "1 invalid entries skipped" in d.report() and f"{path}:{line}" in d.report()
 
 
+def test_invalid_entries_are_in_the_sources_error_report(tmp_path: Path) -> None:
+    """The MLF's tolerated invalid entries (reported in one summary when it is read) go through the error ledger:
+    MinibatchSource.error_report() counts and locates them, and they survive a checkpoint and restore."""
+    text = SPEC_EXAMPLE + "".join(tail for tail, *_ in list(INVALID_KINDS.values())[:3]) + '"ok.lab"\n0 2 b\n.\n'
+    source = MinibatchSource(reader(tmp_path, text, max_errors=3), max_sweeps=1)
+    report = source.error_report()
+    assert report.total == 3 and report.by_kind == {"invalid MLF entry": 3}
+    assert [e.sequence_key for e in report.errors] == ["gap", "late", "none"]
+    state = source.get_checkpoint_state()
+    restored = MinibatchSource(reader(tmp_path, text, max_errors=3), max_sweeps=1)
+    restored.restore_from_checkpoint(state)
+    assert [str(e) for e in restored.error_report().errors] == [str(e) for e in report.errors]
+
+
 def test_max_errors_budget_skips_counts_and_overflows(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     text = SPEC_EXAMPLE + "".join(tail for tail, *_ in list(INVALID_KINDS.values())[:6]) + '"ok.lab"\n0 2 b\n.\n'
     with caplog.at_level(logging.WARNING, logger="cntkio"):

@@ -257,6 +257,17 @@ class ErrorLedger:
         self._show(first, [error][: self._shown_from(first)])
         self._note_quiet(first, 1)
 
+    def add_reported(self, errors: Sequence[FormatError], kind: str) -> None:
+        """Counts errors a reader found, tolerated under its own ``max_errors`` and reported itself while indexing
+        (an MLF's invalid entries, in one summary): held for :meth:`report`, not logged again."""
+        with self._lock:
+            for error in errors:
+                counted = (ANY_CHUNK, kind, error.location.file)
+                self._counts[counted] = self._counts.get(counted, 0) + 1
+                self._entries.append(_Single(error, kind))
+            self._chunk_counts[ANY_CHUNK] = self._chunk_counts.get(ANY_CHUNK, 0) + len(errors)
+            self._count += len(errors)
+
     def _count_rows(self, chunk: int, rows: ErrorRows, start: int, stop: int) -> None:
         kinds = np.bincount(rows.kind[start:stop])
         for code in np.flatnonzero(kinds).tolist():

@@ -75,8 +75,9 @@ def inspect_deserializer(
         if progress is not None:
             progress("reading", chunk_id + 1, chunks)
     if isinstance(budget, ErrorLedger):
-        errors += budget.errors
-    errors += [entry.error() for entry in getattr(reader, "invalid", [])]
+        errors += budget.errors  # (an MLF's invalid entries among them)
+    else:
+        errors += [entry.error() for entry in getattr(reader, "invalid", [])]
     report.errors = errors
     report.sequence_lengths = scan.lengths()
     report.summary["sequences"] = report.summary.get("sequences", reader.sequence_index().num_sequences) - scan.empty

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..arrays import narrow_lengths
 from ..deserializer import IndexedDeserializer, SequenceIndex, SparseStream, StreamData
+from ..error_ledger import ErrorLedger
 from ..errors import ConfigError, FormatError, Location
 from ..identity import array_digest
 from ..legacy import deprecated
@@ -179,6 +180,8 @@ class HTKMLFDeserializer(IndexedDeserializer):
         self._index = self._build_index(int(chunk_size_in_bytes), dtype.itemsize + _FRAME_OVERHEAD_BYTES)
         if self.trace_level >= 1 and (self.labels.invalid or self.labels.duplicates):
             logger.warning("HTKMLFDeserializer: %s", self.labels.report())
+        self.errors = ErrorLedger(self.max_errors, self.trace_level)  # (MinibatchSource.error_report)
+        self.errors.add_reported([entry.error() for entry in self.labels.invalid], "invalid MLF entry")
 
     def _build_index(self, chunk_bytes: int, frame_bytes: int) -> SequenceIndex:
         """Chunks of consecutive entries: entry i goes to chunk ``bytes before it // chunk_bytes`` (renumbered
