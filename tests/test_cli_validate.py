@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -89,7 +90,19 @@ def test_undecodable_images_are_errors(tmp_path, capsys):
     code, out, _ = cli(capsys, path, "--json")
     assert code == 1
     assert [(e["line"], e["reason"]) for e in json.loads(out)["errors"]] == [
-        (2, "cannot decode the image (not a supported image?)")
+        (2, f"cannot decode '{tmp_path}/broken.png' (not a supported image?)")
+    ]
+
+
+def test_an_image_that_is_not_a_regular_file_is_named_and_never_opened(tmp_path, capsys):
+    """A FIFO named by a map line is an error naming it (before: 'not found', and reading it could block)."""
+    pytest.importorskip("cv2")
+    os.mkfifo(tmp_path / "pipe.png")
+    path = write(tmp_path, f"{tmp_path}/pipe.png\t0\n", "map.txt")
+    code, out, _ = cli(capsys, path, "--json")
+    assert code == 1
+    assert [(e["line"], e["reason"]) for e in json.loads(out)["errors"]] == [
+        (1, f"not a regular file: '{tmp_path}/pipe.png'")
     ]
 
 

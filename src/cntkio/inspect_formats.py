@@ -235,14 +235,14 @@ def inspect_image_map(
     if base64:
         with open(path, "rb") as f:
             read = _base64_reader(f.fileno(), index)
-            shapes = _decode_images(rows.tolist(), read, index.location, report, progress)
+            shapes = _decode_images(rows.tolist(), read, index.location, report, progress, name=None)
     else:
         report.summary["zip_archives"] = len(images.containers)
         report.errors, missing = _missing_images(images, progress)
         with ZipArchives(images) as archives:
             rows = rows[~np.isin(rows, missing)]
             read = _image_reader(images, archives)
-            shapes = _decode_images(rows.tolist(), read, images.location, report, progress)
+            shapes = _decode_images(rows.tolist(), read, images.location, report, progress, name=images.name)
     report.summary["image_sizes"] = shapes
     report.summary["images_decoded"] = sum(shapes.values())
     for row in range(min(preview, count)):
@@ -266,8 +266,11 @@ def _missing_images(images: ImageMap, progress: Progress | None) -> tuple[list[F
     plain = np.flatnonzero(images.container_ids < 0)
     paths, first = np.unique(images.path_ids[plain], return_index=True)
     absent = np.zeros(len(images.paths), dtype=bool)
+    not_regular: list[int] = []  # a FIFO or device: never opened (reading it could block or never end)
     for done, (path_id, row) in enumerate(zip(paths.tolist(), plain[first].tolist())):
-        absent[path_id] = not os.path.isfile(images.file_path(row))
+        absent[path_id] = not os.path.exists(images.file_path(row))
+        if not absent[path_id] and not os.path.isfile(images.file_path(row)):
+            not_regular.append(int(row))
         if progress is not None and done % 1024 == 0:
             progress("checking files", done, len(paths))
     bad = plain[absent[images.path_ids[plain]]]
@@ -275,6 +278,11 @@ def _missing_images(images: ImageMap, progress: Progress | None) -> tuple[list[F
         FormatError(f"image file not found: {images.paths[int(images.path_ids[row])]!r}", images.location(row))
         for row in bad.tolist()
     ]
+    errors += [
+        FormatError(f"not a regular file: {images.paths[int(images.path_ids[row])]!r}", images.location(row))
+        for row in not_regular
+    ]
+    bad = np.union1d(bad, np.asarray(not_regular, dtype=bad.dtype))
     with ZipArchives(images) as archives:
         try:
             archives.check(images)
@@ -306,9 +314,12 @@ def _decode_images(
     locate: Callable[[int], Location],
     report: Report,
     progress: Progress | None,
+    *,
+    name: Callable[[int], str] | None,
 ) -> dict[str, int]:
     """Decodes images ``rows`` (bytes from ``read``): how many of each size (``WxHxC``); an error for each one that
-    does not decode. Without OpenCV (``pip install 'cntkio[image]'``) only the base64 is checked."""
+    does not decode, naming the image (``name``: a map's image file) and its line. Without OpenCV
+    (``pip install 'cntkio[image]'``) only the base64 is checked."""
     cv2: Any
     try:
         import cv2
@@ -322,7 +333,8 @@ def _decode_images(
         if data is not None and cv2 is not None:
             image = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_UNCHANGED)
         if data is None or (cv2 is not None and (image is None or not image.size)):
-            reason = "invalid base64" if data is None else "cannot decode the image (not a supported image?)"
+            image_name = "the image" if name is None else repr(name(row))
+            reason = "invalid base64" if data is None else f"cannot decode {image_name} (not a supported image?)"
             report.errors.append(FormatError(reason, locate(row)))
         elif image is not None:
             size = f"{image.shape[1]}x{image.shape[0]}x{image.shape[2] if image.ndim == 3 else 1}"
