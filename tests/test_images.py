@@ -194,6 +194,24 @@ def test_an_undecodable_image_is_skipped_and_counted(tmp_path: Path) -> None:
         MinibatchSource(budget, randomize=False, max_sweeps=1).next_minibatch(100)
 
 
+def test_undecodable_images_are_not_counted_again_after_a_restore(tmp_path: Path) -> None:
+    """A restored source knows which chunks' bad images were counted (the error ledger in the state): reading them
+    again (another sweep, a new process) does not count them twice, so max_errors keeps its meaning."""
+    paths = make_images(tmp_path, 6)
+    for bad in (1, 4):
+        paths[bad].write_bytes(paths[bad].read_bytes()[:40])  # truncated PNGs
+    map_file = write_map(tmp_path, paths)
+    source = MinibatchSource(ImageDeserializer(map_file, streams(T.scale(8, 8, 3)), max_errors=2), max_sweeps=3)
+    source.next_minibatch(6)
+    state = source.get_checkpoint_state()
+    assert source.error_report().by_kind == {"bad image": 2}
+    restored = MinibatchSource(ImageDeserializer(map_file, streams(T.scale(8, 8, 3)), max_errors=2), max_sweeps=3)
+    restored.restore_from_checkpoint(state)
+    while restored.next_minibatch(4):  # two more sweeps over both bad images: within max_errors=2
+        pass
+    assert restored.error_report().total == 2
+
+
 def test_a_missing_image_file_names_the_map_line(tmp_path: Path) -> None:
     paths = make_images(tmp_path, 3)
     paths[1].unlink()

@@ -223,7 +223,7 @@ class ImageDeserializerBase(IndexedDeserializer):
             decoded = self._decode(self._read(image))
             if decoded is None:
                 reason = f"cannot decode {self._image_name(image)} (not a supported image, or truncated)"
-                self._bad(image, reason, self._where(image))
+                self._bad(image, reason, self._where(image), chunk_id)
                 invalid[first : first + views] = UNUSABLE
                 values[first : first + views] = 0  # never delivered (skipped), but defined
                 continue
@@ -250,10 +250,10 @@ class ImageDeserializerBase(IndexedDeserializer):
             )
         return result
 
-    def _bad(self, image: int, reason: str, location: Location) -> None:
+    def _bad(self, image: int, reason: str, location: Location, chunk: int) -> None:
         if self.errors.max_errors == 0:
             raise FormatError(reason, location)
-        self.errors.add(("image", image), lambda: FormatError(reason, location))
+        self.errors.add(("image", image), lambda: FormatError(reason, location), kind="bad image", chunk=chunk)
 
     @property
     def source_name(self) -> str:
