@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from cntkio import (
     CBFDeserializer,
     ChunkIndex,
+    CNTKIOError,
     ConfigError,
     CTFDeserializer,
     DenseStream,
@@ -481,3 +482,13 @@ def test_an_htk_corpus_whose_scp_names_other_paths_restores(tmp_path: Path) -> N
     other = htk_corpus(tmp_path / "other", [*lengths[:-1], lengths[-1] + 1])
     message = refusal(lambda: htk(other), state_after(lambda: htk(original)))
     assert "deserializer 0 (HTKFeatureDeserializer): its index" in message
+
+
+def test_a_file_rewritten_in_place_before_the_first_checkpoint_is_not_vouched_for(data: Data) -> None:
+    """The identity is made at the first checkpoint: a file rewritten since it was indexed (same size, mtime put
+    back) is an error naming it, never a state that describes other bytes than the index."""
+    with MinibatchSource(CTFDeserializer(data.path, STREAMS, chunk_size_in_bytes=CHUNK), max_sweeps=2) as source:
+        read(source, SIZES, limit=1)
+        rewrite(data.path, b"|y 2:1", b"|y 2:9")
+        with pytest.raises(CNTKIOError, match=re.escape(data.path.name)):
+            source.get_checkpoint_state()

@@ -14,10 +14,10 @@ Each deserializer answers :meth:`~cntkio.Deserializer.identity`, a small JSON di
 
 Names are shown in messages but never compared: a renamed or moved copy restores. Index arrays are digested with
 CRC-32C per array (native, a few GB/s, no per-sequence Python) inside a SHA-256 of their types and shapes; the
-sampled bytes with SHA-256. So the cost at open is bounded by the index size and a fixed number of small reads
-per file. What the identity cannot see: a same-size edit of a large file that keeps every sequence's byte range,
-length and key and falls outside the sampled ranges (on the node that indexed the file, reading detects any
-in-place rewrite by its change time).
+sampled bytes with SHA-256: a few ms per million sequences and a fixed number of small reads per file, paid once
+per deserializer when a source first takes or restores a checkpoint (not at open). What the identity cannot see:
+a same-size edit of a large file that keeps every sequence's byte count, length and key and falls outside the
+sampled ranges (on the node that indexed the file, reading detects any in-place rewrite by its change time).
 """
 
 from __future__ import annotations
@@ -27,12 +27,15 @@ import itertools
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import _native
 from .keys import KeyColumn, RangeKeys
+
+if TYPE_CHECKING:
+    from .formats.data_file import DataFile
 
 SAMPLED_RANGES = 65  # ranges read per file (an odd count: the first, the middle and the last bytes are among them)
 RANGE_BYTES = 4096  # bytes per range; files up to SAMPLED_RANGES * RANGE_BYTES are read whole
@@ -77,9 +80,12 @@ def index_identity(deserializer: Any) -> dict[str, Any]:
     }
 
 
-def file_entry(name: str, fd: int, size: int, layout: Sequence[np.ndarray | bytes | str | int] = ()) -> dict[str, Any]:
+def file_entry(data_file: DataFile, layout: Sequence[np.ndarray | bytes | str | int] = ()) -> dict[str, Any]:
     """One file's entry: its base name (shown, not compared), size and a digest of sampled bytes (read with
-    ``pread`` from ``fd``) and of ``layout`` (what the index knows of where the file's sequences lie)."""
+    ``pread``) and of ``layout`` (what the index knows of where the file's sequences lie). The file must be as it
+    was indexed (:meth:`DataFile.check_unchanged`: its bytes are then those the index describes)."""
+    data_file.check_unchanged("indexed")
+    fd, size = data_file.fd, data_file.size
     digest = hashlib.sha256(b"%d;" % size)
     if size <= SAMPLED_RANGES * RANGE_BYTES:
         digest.update(_read(fd, size, 0))
@@ -88,7 +94,7 @@ def file_entry(name: str, fd: int, size: int, layout: Sequence[np.ndarray | byte
             digest.update(_read(fd, RANGE_BYTES, start))
     if layout:
         digest.update(array_digest(layout).encode())
-    return {"name": os.path.basename(name), "bytes": int(size), "digest": _hex(digest)}
+    return {"name": os.path.basename(data_file.path), "bytes": int(size), "digest": _hex(digest)}
 
 
 def _read(fd: int, count: int, offset: int) -> bytes:

@@ -213,7 +213,7 @@ class MinibatchSource:
         self._stage_ends = [0.0, 0.0, 0.0]  # perf_counter when a read's selection, chunk plan and gather ended
         self._marks: list[float] | None = None  # _stage_ends during a read whose stages are timed, else None
         self._lock = threading.RLock()
-        self._identity = json.dumps(self._fingerprint(), sort_keys=True)  # each state gets its own copy
+        self._identity: str | None = None  # _fingerprint() as JSON, at the first checkpoint (each state a copy)
         self._closed = False
 
     def _check_aligned(self) -> None:
@@ -703,6 +703,14 @@ class MinibatchSource:
             order["truncation_length"] = self.truncation_length
         return {**self._corpus.identity(), "order": order}
 
+    def _identity_json(self) -> str:
+        """:meth:`_fingerprint` as JSON, made when the source first takes or restores a checkpoint and kept: digesting
+        the index takes a few ms per million sequences, which a source that never checkpoints does not pay, and the
+        files are checked unchanged since they were indexed when they are sampled."""
+        if self._identity is None:
+            self._identity = json.dumps(self._fingerprint(), sort_keys=True)
+        return self._identity
+
     def get_checkpoint_state(self) -> dict[str, Any]:
         """A small, versioned, JSON-serialisable dict; :meth:`restore_from_checkpoint` continues from it
         exactly (also in a new process, and with another partition count after :meth:`merge_checkpoints`)."""
@@ -710,7 +718,7 @@ class MinibatchSource:
             state: dict[str, Any] = {
                 "version": CHECKPOINT_VERSION,
                 "minibatchSourcePosition": self.position,
-                "fingerprint": json.loads(self._identity),
+                "fingerprint": json.loads(self._identity_json()),
                 "epoch": self._epoch,
                 "cursor": self._cursor.get_state(),
             }
@@ -732,7 +740,7 @@ class MinibatchSource:
                     raise ConfigError(f"checkpoint: minibatchSourcePosition must be an integer >= 0, got {position!r}")
                 self._restore_position(int(position))
                 return
-            checked = validate(state, json.loads(self._identity))
+            checked = validate(state, json.loads(self._identity_json()))
             bptt = checked["bptt_slots"]
             if (bptt is None) == bool(self.truncation_length):
                 raise ConfigError(

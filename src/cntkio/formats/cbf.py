@@ -129,7 +129,7 @@ class CBFDeserializer(Sharded, FileBacked, IndexedDeserializer):
     # ------------------------------------------------------------------------------- protocol
     def identity(self) -> dict[str, Any]:
         """The file (sampled bytes and the chunk table) and the index (the file decides the chunks)."""
-        entry = file_entry(self.filename, self.data_file.fd, self.data_file.size, [self._chunk_offsets])
+        entry = file_entry(self.data_file, [self._chunk_offsets])
         return {**super().identity(), "files": [entry]}
 
     def get_chunk(self, chunk_id: int) -> ParsedChunk:

@@ -308,7 +308,7 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
             "compat": self.compat, "defines_mb_size": [s.alias for s in self._streams if s.defines_mb_size],
         }  # fmt: skip
         layout = [self._sizes, self._offsets[self._index.chunk_starts[:-1]]]
-        entry = file_entry(self.filename, self.data_file.fd, self.file_size, layout)
+        entry = file_entry(self.data_file, layout)
         return {**super().identity(), "options": options, "files": [entry]}
 
     def get_chunk(self, chunk_id: int) -> ParsedChunk:

@@ -481,16 +481,16 @@ class Base64ImageDeserializer(Sharded, ImageDeserializerBase):
     def fingerprint(self) -> list[Any]:
         return [type(self).__name__, *self._file.fingerprint()]
 
+    def identity(self) -> dict[str, Any]:
+        """The file (sampled bytes and every image's byte range), the index and the labels."""
+        layout = [self.index.payload_offsets, self.index.payload_lengths]
+        return {**super().identity(), "files": [file_entry(self._file, layout)]}
+
     def close(self) -> None:
         self._file.close()
 
     def __reduce__(self) -> tuple[Any, ...]:
         args, kwargs = self._arguments
-    def identity(self) -> dict[str, Any]:
-        """The file (sampled bytes and every image's byte range), the index and the labels."""
-        layout = [self.index.payload_offsets, self.index.payload_lengths]
-        return {**super().identity(), "files": [file_entry(self.filename, self._file.fd, self._file.size, layout)]}
-
         return (rebuild_unchanged, (type(self), args, kwargs, self.fingerprint(), [i for _, i in self.parsed_files]))
 
 

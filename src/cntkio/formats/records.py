@@ -291,9 +291,7 @@ class RecordDeserializer(FileBacked, IndexedDeserializer):
             "chunk_size_in_bytes": self.chunk_size_in_bytes,
         }  # fmt: skip
         bounds = self._file_first_record.tolist()
-        files = [
-            file_entry(f.path, f.fd, f.size, [self._starts[a:b]]) for f, a, b in zip(self._files, bounds, bounds[1:])
-        ]
+        files = [file_entry(f, [self._starts[a:b]]) for f, a, b in zip(self._files, bounds, bounds[1:])]
         return {**super().identity(), "options": options, "files": listed(files)}
 
     @property
