@@ -612,6 +612,7 @@ class MinibatchSource:
                 f"truncation_length={length}"
             )
         self._slots.resize(total_slots // partitions + (index < total_slots % partitions))
+        self._cursor.set_partitioning(partitions, index)  # (also when the read takes only pieces carried over)
         self._slots.share(partitions, index)
 
         def fetch() -> tuple[np.ndarray, np.ndarray, list[int]]:
