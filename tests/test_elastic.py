@@ -421,7 +421,7 @@ def corruptions(draw: st.DrawFn, state: dict[str, Any]) -> tuple[tuple[Any, ...]
     return path, draw(_GARBAGE)
 
 
-@pytest.mark.parametrize("mode", ["sequence", "frame", "bptt"])
+@pytest.mark.parametrize("mode", ["sequence", "frame", "bptt", "bucketing", "composite", "errors"])
 @settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_property_a_resealed_corruption_restores_the_same_data_or_is_refused(files, mode, data):
