@@ -504,6 +504,9 @@ def test_ranks_and_loader_workers_change_between_restores(files, mode, plan):
             )
             if resume is not None:
                 dataset.load_state_dict(resume)
+            if reads is not None and not reads[rank]:  # checkpointed before its first step: what it restored
+                states.append(dataset.state_dict())
+                continue
             state = resume
             for number, batch in enumerate(DataLoader(dataset, batch_size=None, num_workers=workers)):
                 if reads is not None and number == reads[rank]:

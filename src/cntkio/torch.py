@@ -327,7 +327,12 @@ def gather_state(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def merge_states(states: list[dict[str, Any]]) -> dict[str, Any]:
-    """Merges the last states of all ranks (see :meth:`MinibatchSource.merge_checkpoints`)."""
+    """Merges the last states of all ranks (see :meth:`MinibatchSource.merge_checkpoints`): each a ``batch.state`` or a
+    :meth:`MinibatchDataset.state_dict` (that of a rank that has not stepped since its restore is the state it
+    restored)."""
+    states = [json.loads(s[STATE_KEY]) if set(s) == {STATE_KEY} else s for s in states]
+    if not all(s for s in states):
+        raise ConfigError("merge_states: a rank's dataset has neither read a batch nor loaded a state")
     return {
         "source": MinibatchSource.merge_checkpoints([s["source"] for s in states]),
         "minibatch_index": 0,
