@@ -492,3 +492,17 @@ def test_a_file_rewritten_in_place_before_the_first_checkpoint_is_not_vouched_fo
         rewrite(data.path, b"|y 2:1", b"|y 2:9")
         with pytest.raises(CNTKIOError, match=re.escape(data.path.name)):
             source.get_checkpoint_state()
+
+
+@pytest.mark.parametrize("count", [3, LISTED_FILES + 5])
+def test_a_shard_more_or_less_is_refused_counting_the_files(tmp_path: Path, count: int) -> None:
+    directory = tmp_path / "many"
+    directory.mkdir()
+    paths = []
+    for number in range(count + 1):
+        path = directory / f"s{number:04}.ctf"
+        path.write_text(f"{number} |x {number} 0 |y 1:1\n")
+        paths.append(path)
+    state = state_after(lambda: CTFDeserializer([str(p) for p in paths[:count]], STREAMS), reads=1)
+    message = refusal(lambda: CTFDeserializer([str(p) for p in paths], STREAMS), state)
+    assert f"files: {count} at checkpoint time, {count + 1} now" in message

@@ -205,6 +205,14 @@ def _counts(index: Any) -> str:
     return f"{index.get('sequences')} sequences in {index.get('chunks')} chunks"
 
 
+def _file_count(entries: Any) -> int | str:
+    """Files a list of entries stands for (a group counts its files); "no" when it is not a list."""
+    if not isinstance(entries, list):
+        return "no"
+    sizes = [_mapping(entry).get("files", 1) for entry in entries]
+    return sum(size for size in sizes if isinstance(size, int))
+
+
 class _Comparison:
     def __init__(self, when: tuple[str, str]):
         self.then, self.now = when
@@ -250,9 +258,9 @@ class _Comparison:
         return found
 
     def files(self, what: str, then: Any, now: Any) -> list[str]:
-        if not isinstance(then, list) or not isinstance(now, list) or len(then) != len(now):
-            count = [len(f) if isinstance(f, list) else "no" for f in (then, now)]
-            return [self.changed(f"{what}: file entries", count[0], count[1])]
+        counts = [_file_count(entries) for entries in (then, now)]
+        if counts[0] != counts[1] or not isinstance(then, list) or not isinstance(now, list) or len(then) != len(now):
+            return [self.changed(f"{what}: files", counts[0], counts[1])]
         found = []
         for number, (a, b) in enumerate(zip(then, now)):
             if same(a, b):
