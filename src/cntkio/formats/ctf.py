@@ -300,14 +300,14 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
 
     # ------------------------------------------------------------------------------- protocol
     def identity(self) -> dict[str, Any]:
-        """The index's options, the file (sampled bytes, each sequence's byte count, each chunk's first byte) and
-        the index."""
+        """The index's options, the file (sampled bytes, each sequence's byte count, every 1024th sequence's first
+        byte: what lies between sequences) and the index."""
         options = {
             "streams": [list(alias) for alias in self._aliases], "skip_sequence_ids": self.skip_sequence_ids,
             "chunk_size_in_bytes": self.chunk_size_in_bytes, "optional_inputs": self.optional_inputs,
             "compat": self.compat, "defines_mb_size": [s.alias for s in self._streams if s.defines_mb_size],
         }  # fmt: skip
-        layout = [self._sizes, self._offsets[self._index.chunk_starts[:-1]]]
+        layout = [self._sizes, self._offsets[::1024]]
         entry = file_entry(self.data_file, layout)
         return {**super().identity(), "options": options, "files": [entry]}
 
