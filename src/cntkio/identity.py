@@ -260,7 +260,7 @@ class _Comparison:
         if not found and not same(then.get("index"), now.get("index")):
             found.append(self.changed(f"{what}: its index", _counts(then.get("index")), _counts(now.get("index"))))
         others = sorted((set(then) | set(now)) - {"kind", "options", "files", "index"}, key=str)
-        found += [f"{what}: its {key} differ(s)" for key in others if not same(then.get(key), now.get(key))]
+        found += [f"{what}: its {key} differ" for key in others if not same(then.get(key), now.get(key))]
         return found
 
     def files(self, what: str, then: Any, now: Any) -> list[str]:
