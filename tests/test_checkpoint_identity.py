@@ -25,6 +25,7 @@ from cntkio import (
     DenseStream,
     Deserializer,
     MinibatchSource,
+    RecordDeserializer,
     StreamDef,
     StreamDefs,
     StreamInformation,
@@ -508,3 +509,36 @@ def test_a_shard_more_or_less_is_refused_counting_the_files(tmp_path: Path, coun
     state = state_after(lambda: CTFDeserializer([str(p) for p in paths[:count]], STREAMS), reads=1)
     message = refusal(lambda: CTFDeserializer([str(p) for p in paths], STREAMS), state)
     assert f"files: {count} at checkpoint time, {count + 1} now" in message
+
+
+def numbers(record: bytes) -> dict[str, Any]:
+    values = np.array(record.split(), dtype=np.float32)
+    return {"x": values.reshape(-1, 1)}
+
+
+def records(paths: list[Path]) -> RecordDeserializer:
+    return RecordDeserializer(
+        [str(p) for p in paths],
+        numbers,
+        StreamDefs(x=StreamDef(shape=1)),
+        sequence_length=lambda r: len(r.split()),
+        chunk_size_in_bytes=64,
+    )
+
+
+def test_record_files_copied_and_renamed_restore_and_a_changed_one_is_named(tmp_path: Path) -> None:
+    directory = tmp_path / "original"
+    directory.mkdir()
+    paths = []
+    for number in range(3):
+        path = directory / f"r{number}.txt"
+        path.write_text(
+            "".join(" ".join(str(number * 100 + i + t) for t in range(i % 4 + 1)) + "\n" for i in range(30))
+        )
+        paths.append(path)
+    copies = copy_elsewhere(paths, tmp_path / "node2")
+    assert_continues(lambda: records(paths), lambda: records(copies), MODES["sequence"])
+    state = state_after(lambda: records(paths))
+    rewrite(copies[2], b"205 206", b"205 207")
+    message = refusal(lambda: records(copies), state)
+    assert "deserializer 0 (RecordDeserializer): file 2 ('r2.txt' at checkpoint time, 'moved-2.txt' now)" in message
