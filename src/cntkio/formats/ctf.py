@@ -383,11 +383,6 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
         return chunk
 
     # --------------------------------------------------------------------------------- errors
-    def close(self) -> None:
-        """Closes the file (and the quarantine file)."""
-        self.errors.close()
-        super().close()
-
     def _error(
         self, offset: int, kind: ErrorKind, stream: int, sequence_index: int, line: int, column: int, byte: int
     ) -> FormatError:
