@@ -33,7 +33,7 @@ from cntkio import (
 )
 from cntkio.formats.htk_features import HTKFeatureDeserializer
 from cntkio.htk import write_archive, write_scp
-from cntkio.identity import LISTED_FILES, RANGE_BYTES, SAMPLED_RANGES
+from cntkio.identity import LISTED_FILES, RANGE_BYTES, SAMPLED_RANGES, same
 from order_helpers import (
     STREAMS,
     Data,
@@ -542,3 +542,87 @@ def test_record_files_copied_and_renamed_restore_and_a_changed_one_is_named(tmp_
     rewrite(copies[2], b"205 206", b"205 207")
     message = refusal(lambda: records(copies), state)
     assert "deserializer 0 (RecordDeserializer): file 2 ('r2.txt' at checkpoint time, 'moved-2.txt' now)" in message
+
+
+# ------------------------------------------------------------------------------- digests kept in the index cache
+def ctf_with_keys(path: Path, keys: str) -> Path:
+    """A CTF file of 40 sequences whose ids are numbers, texts or absent (every line a sequence)."""
+    lines = []
+    for i in range(40):
+        key = {"numbers": f"{i * 3} ", "texts": f"utt-{i:03} ", "lines": ""}[keys]
+        lines += [f"{key}|x {i} {t} |y {i % 7}:1" for t in range(1 + i % 3 if keys != "lines" else 1)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def identity(paths: Any, **options: Any) -> dict[str, Any]:
+    """The identity of a CTF deserializer of ``paths`` (:data:`STREAMS`), closed after."""
+    deserializer = CTFDeserializer(paths, STREAMS, **options)
+    try:
+        return dict(deserializer.identity())
+    finally:
+        deserializer.close()
+
+
+def not_digesting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From now on, digesting index arrays fails the test (a sharded corpus still digests its shards' digests)."""
+
+    def refuse(items: Any) -> str:
+        raise AssertionError("the index was digested")
+
+    monkeypatch.setattr("cntkio.identity.array_digest", refuse)
+    monkeypatch.setattr("cntkio.formats.ctf.array_digest", refuse)
+
+
+@pytest.mark.parametrize("keys", ["numbers", "texts", "lines"])
+def test_the_index_digests_are_made_when_the_index_is_cached_and_reused_by_a_warm_open(
+    tmp_path: Path, keys: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The digests of the index are made when the index is built and cached, and a warm open reads them from the
+    cache instead of digesting the index again; the identity is the same from a warm cache, from the index built
+    with the cache, without the cache, and from a copy elsewhere (which rebuilds its cache: another inode)."""
+    path = ctf_with_keys(tmp_path / "data.ctf", keys)
+    cached = {"chunk_size_in_bytes": 100, "cache_index": True}
+    skip = {"skip_sequence_ids": True} if keys == "lines" else {}
+    without = identity(path, chunk_size_in_bytes=100, **skip)
+    assert identity(path, **cached, **skip) == without  # the index built, the cache written
+    [copy] = copy_elsewhere([path], tmp_path / "node2")
+    with monkeypatch.context() as patched:
+        not_digesting(patched)
+        assert identity(path, **cached, **skip) == without
+    assert same(identity(copy, **cached, **skip), without)  # its own cache, built (names are not compared)
+    assert_continues(
+        lambda: CTFDeserializer(path, STREAMS, **cached, **skip),
+        lambda: CTFDeserializer(copy, STREAMS, **cached, **skip),
+        MODES["sequence"],
+    )
+
+
+def test_the_cached_digests_are_never_those_of_an_older_file(tmp_path: Path) -> None:
+    """The digests live in the cache of the index they describe: a file rewritten in place (same size, mtime put
+    back) makes the whole cache stale, and the identity is that of the new content."""
+    path = ctf_with_keys(tmp_path / "data.ctf", "numbers")
+    cached = {"chunk_size_in_bytes": 100, "cache_index": True}
+    old = identity(path, **cached)
+    rewrite(path, b"|x 7 0", b"|x 7 9")
+    new = identity(path, **cached)
+    assert new != old
+    assert new == identity(path, chunk_size_in_bytes=100)
+    rewrite(path, b"\n21 |x", b" 21 |x")  # sequence 21 joins sequence 20's line: other keys, lengths, layout
+    again = identity(path, **cached)
+    assert again["index"] != new["index"]
+    assert again == identity(path, chunk_size_in_bytes=100)
+
+
+def test_a_sharded_corpus_reuses_its_shards_cached_digests(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sharded corpus's index digest is made of its shards' (kept in their caches): a warm open of the corpus
+    digests nothing, and its identity is that of the corpus without caches and of a copy elsewhere."""
+    original = shards(tmp_path / "original")
+    copies = copy_elsewhere(original, tmp_path / "node2", prefix="shard")
+    cached = {"chunk_size_in_bytes": CHUNK, "cache_index": True}
+    without = identity([str(p) for p in original], chunk_size_in_bytes=CHUNK)
+    assert identity([str(p) for p in original], **cached) == without
+    with monkeypatch.context() as patched:
+        not_digesting(patched)
+        assert identity([str(p) for p in original], **cached) == without
+    assert same(identity([str(p) for p in copies], **cached), without)

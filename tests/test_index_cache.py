@@ -75,6 +75,23 @@ def test_the_cache_is_what_the_index_comes_from(tmp_path: Path, monkeypatch: pyt
     np.testing.assert_array_equal(cached[1], fresh[1])
 
 
+@pytest.mark.parametrize("ids", ["text", "none"])
+def test_a_file_with_text_ids_or_none_is_read_from_its_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ids: str
+) -> None:
+    """Text ids (the keys as a blob and offsets) and lines without ids (the keys are the line numbers) come from
+    the cache too (text ids were scanned again on every open: the cache's consistency check wanted numeric keys)."""
+    data = tmp_path / "a.ctf"
+    data.write_text("".join(f"{f'utt{s} ' if ids == 'text' else ''}|x {s}.5 1 |y {s % 5}:1\n" for s in range(50)))
+    options: dict[str, Any] = {"chunk_size_in_bytes": 200, "skip_sequence_ids": ids == "none"}
+    fresh = everything(CTFDeserializer(data, STREAMS, **options))
+    CTFDeserializer(data, STREAMS, cache_index=True, **options)
+    no_scan(monkeypatch)
+    cached = everything(CTFDeserializer(data, STREAMS, cache_index=True, **options))
+    assert cached[0] == fresh[0]
+    np.testing.assert_array_equal(cached[1], fresh[1])
+
+
 def numbered_ctf(path: Path, sequences: int) -> Path:
     """Sequence k holds one sample ``x = [k, k]``; every line has the same length (keys padded)."""
     path.write_text("".join(f"{k:06d} |x {k:06d} {k:06d}\n" for k in range(sequences)))

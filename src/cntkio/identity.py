@@ -41,6 +41,7 @@ SAMPLED_RANGES = 65  # ranges read per file (an odd count: the first, the middle
 RANGE_BYTES = 4096  # bytes per range; files up to SAMPLED_RANGES * RANGE_BYTES are read whole
 LISTED_FILES = 256  # files listed one by one; more are listed as this many groups (the state stays small)
 DIGEST_CHARS = 16
+DIGEST_SCHEME = 1  # how the digests are made; an index cache keeps digests of this scheme (bump when they change)
 
 
 def _hex(digest: Any) -> str:
@@ -70,20 +71,37 @@ def key_parts(keys: KeyColumn) -> list[np.ndarray | bytes | str | int]:
     return [kind, values] if offsets is None else [kind, values, offsets]
 
 
-def index_identity(deserializer: Any) -> dict[str, Any]:
-    """Sequences and chunks of a deserializer's index, and a digest of its chunk boundaries, lengths and keys."""
+def index_digest(deserializer: Any) -> str:
+    """The digest of a deserializer's chunk boundaries, lengths and keys, computed once and kept (in its
+    ``_cntkio_index_digest``). A format with an index cache computes it when it builds the index, keeps it in the
+    cache (:data:`DIGEST_SCHEME`) and sets it when it loads the index from there, so a warm open does not digest."""
+    attributes = getattr(deserializer, "__dict__", {})
+    digest: str | None = attributes.get("_cntkio_index_digest")
+    if digest is None:
+        index = deserializer.sequence_index()
+        digest = array_digest([np.asarray(index.chunk_starts), np.asarray(index.lengths), *key_parts(index.keys)])
+        attributes["_cntkio_index_digest"] = digest
+    return digest
+
+
+def index_identity(deserializer: Any, digest: str | None = None) -> dict[str, Any]:
+    """Sequences and chunks of a deserializer's index, and a digest of its chunk boundaries, lengths and keys
+    (:func:`index_digest`, or ``digest`` when the caller has one that determines them, e.g. its shards')."""
     index = deserializer.sequence_index()
     return {
         "sequences": int(index.num_sequences),
         "chunks": len(index.chunk_starts) - 1,
-        "digest": array_digest([np.asarray(index.chunk_starts), np.asarray(index.lengths), *key_parts(index.keys)]),
+        "digest": index_digest(deserializer) if digest is None else digest,
     }
 
 
-def file_entry(data_file: DataFile, layout: Sequence[np.ndarray | bytes | str | int] = ()) -> dict[str, Any]:
+def file_entry(
+    data_file: DataFile, layout: Sequence[np.ndarray | bytes | str | int] = (), layout_digest: str | None = None
+) -> dict[str, Any]:
     """One file's entry: its base name (shown, not compared), size and a digest of sampled bytes (read with
-    ``pread``) and of ``layout`` (what the index knows of where the file's sequences lie). The file must be as it
-    was indexed (:meth:`DataFile.check_unchanged`: its bytes are then those the index describes)."""
+    ``pread``) and of ``layout`` (what the index knows of where the file's sequences lie; or ``layout_digest``, its
+    :func:`array_digest` made before, e.g. kept in an index cache). The file must be as it was indexed
+    (:meth:`DataFile.check_unchanged`: its bytes are then those the index describes)."""
     data_file.check_unchanged("indexed")
     fd, size = data_file.fd, data_file.size
     digest = hashlib.sha256(b"%d;" % size)
@@ -92,8 +110,10 @@ def file_entry(data_file: DataFile, layout: Sequence[np.ndarray | bytes | str | 
     else:
         for start in np.linspace(0, size - RANGE_BYTES, SAMPLED_RANGES).astype(np.int64).tolist():
             digest.update(_read(fd, RANGE_BYTES, start))
-    if layout:
-        digest.update(array_digest(layout).encode())
+    if layout_digest is None and layout:
+        layout_digest = array_digest(layout)
+    if layout_digest is not None:
+        digest.update(layout_digest.encode())
     return {"name": os.path.basename(data_file.path), "bytes": int(size), "digest": _hex(digest)}
 
 

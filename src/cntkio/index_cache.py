@@ -48,7 +48,7 @@ logger = logging.getLogger("cntkio")
 
 __all__ = ["IndexCache", "narrowest"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: a CTF index with the checkpoint identity's digests of it (cntkio.identity)
 MAGIC = b"CNTKIOIX"
 END = b"IXND"
 SUFFIX = ".cntkio-index"

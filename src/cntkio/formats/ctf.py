@@ -15,7 +15,7 @@ from .. import _native
 from ..deserializer import DenseStream, IndexedDeserializer, ParsedChunk, SequenceIndex, SparseStream
 from ..error_ledger import ANY_CHUNK, ErrorLedger, ErrorRows
 from ..errors import ConfigError, FormatError, Location
-from ..identity import file_entry
+from ..identity import DIGEST_SCHEME, array_digest, file_entry, index_digest
 from ..index_cache import IndexCache, narrowest
 from ..keys import KeyColumn, NumericKeys, RangeKeys, TextKeys
 from ..legacy import CTFStreamMapping
@@ -202,21 +202,19 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
         cache = self._index_cache(defining) if self.cache_index else None
         cached = cache.load() if cache is not None else None
         index = _unflatten(cached, self.file_size) if cached is not None else None
+        built = index is None
         if index is None:
             try:
                 index = _compact_ranges(self._native_index(defining))
             except RuntimeError as error:  # an I/O error while reading the file
                 raise OSError(f"cannot index CTF file '{self.filename}': {error}") from None
-            if cache is not None and not index["fatal"]:
-                self.data_file.check_unchanged("indexed")  # never cache an index of a file that changed meanwhile
-                cache.store(_flatten(index))
         if index["fatal"]:
             location = Location(
                 self.filename, int(index["fatal_offset"]), int(index["fatal_line"]) or None,
                 int(index["fatal_column"]) or None,
             )  # fmt: skip
             raise FormatError(index["fatal"], location)
-        self.data_file.check_unchanged("indexed")
+        self.data_file.check_unchanged("indexed")  # (never cache an index of a file that changed meanwhile)
         self.id_mode = IdMode(int(index["mode"]))
         # byte ranges of the sequences: offsets and sizes in the narrowest types that hold them (8 + 8 bytes a
         # sequence as int64 offsets and ends, typically 4 + 2)
@@ -230,6 +228,11 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
         )  # fmt: skip
         self._chunk_first_lines: np.ndarray = index["chunk_first_lines"]
         self._index = SequenceIndex(index["chunk_starts"], lengths, self._keys)
+        self._layout_digest: str | None = None
+        if cache is not None and built:  # with the identity's digests of the index: a warm open makes none
+            cache.store({**_flatten(index), **self._index_digests()})
+        elif cached is not None and cached.get("identity.scheme") == DIGEST_SCHEME:
+            self._cntkio_index_digest, self._layout_digest = cached.get("identity.index"), cached.get("identity.layout")
         self.errors.add_rows(ANY_CHUNK, index["errors"], self._index_error, self._read_record)
         self.total_lines = int(index["total_lines"])
         self.dropped_lines = int(index["dropped_lines"])
@@ -307,9 +310,21 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
             "chunk_size_in_bytes": self.chunk_size_in_bytes, "optional_inputs": self.optional_inputs,
             "compat": self.compat, "defines_mb_size": [s.alias for s in self._streams if s.defines_mb_size],
         }  # fmt: skip
-        layout = [self._sizes, self._offsets[::1024]]
-        entry = file_entry(self.data_file, layout)
+        entry = file_entry(self.data_file, layout_digest=self._index_digests()["identity.layout"])
         return {**super().identity(), "options": options, "files": [entry]}
+
+    def _index_digests(self) -> dict[str, Any]:
+        """What the identity digests of the index (:func:`~cntkio.identity.index_digest`, and the file's layout:
+        each sequence's byte count, every 1024th sequence's first byte), made once: when the index is built with
+        ``cache_index`` (the cache keeps them beside the index they describe, valid as long as it is), else when
+        first asked."""
+        if self._layout_digest is None:
+            self._layout_digest = array_digest([self._sizes, self._offsets[::1024]])
+        return {
+            "identity.scheme": DIGEST_SCHEME,
+            "identity.index": index_digest(self),
+            "identity.layout": self._layout_digest,
+        }
 
     def get_chunk(self, chunk_id: int) -> ParsedChunk:
         a, b = self._chunk_range(chunk_id)
@@ -456,7 +471,10 @@ def _unflatten(flat: dict[str, Any], file_size: int) -> dict[str, Any] | None:
     starts = index["chunk_starts"]
     consistent = (
         sequences > 0 and len(sizes) == len(index["lengths"]) == sequences
-        and (keys is None or len(keys) == sequences)
+        and (
+            len(index["key_offsets"]) == sequences + 1 if int(index["mode"]) == IdMode.TEXT
+            else keys is None or len(keys) == sequences
+        )
         and len(starts) >= 2 and int(starts[0]) == 0 and int(starts[-1]) == sequences
         and bool(np.all(np.diff(starts) > 0))
         and int(offsets[-1]) + int(sizes[-1]) <= file_size and int(offsets[0]) >= 0

@@ -32,7 +32,7 @@ import numpy as np
 
 from ..deserializer import Deserializer, IndexedDeserializer, SequenceIndex
 from ..errors import ConfigError, FormatError, Location
-from ..identity import identity_of, index_identity, listed
+from ..identity import array_digest, identity_of, index_digest, index_identity, listed
 from ..keys import KeyColumn
 from ..system import available_cores
 
@@ -151,10 +151,12 @@ class ShardedDeserializer(IndexedDeserializer):
         return [shard.source_name for shard in self.shards], shards
 
     def identity(self) -> dict[str, Any]:
-        """The first shard's kind and options, every shard's files in order, and the corpus index."""
+        """The first shard's kind and options, every shard's files in order, and the corpus index (digested as its
+        shards' index digests, which determine it: those kept in the shards' index caches are used as they are)."""
         first = identity_of(self.shards[0])
         files = [entry for shard in self.shards for entry in identity_of(shard).get("files", [])]
-        identity = {"kind": f"sharded {first['kind']}", "files": listed(files), "index": index_identity(self)}
+        digest = array_digest(["shards", *(index_digest(shard) for shard in self.shards)])
+        identity = {"kind": f"sharded {first['kind']}", "files": listed(files), "index": index_identity(self, digest)}
         if "options" in first:
             identity["options"] = first["options"]
         return identity
