@@ -565,22 +565,24 @@ def identity(paths: Any, **options: Any) -> dict[str, Any]:
 
 
 def not_digesting(monkeypatch: pytest.MonkeyPatch) -> None:
-    """From now on, digesting index arrays fails the test (a sharded corpus still digests its shards' digests)."""
+    """From now on, digesting index arrays or sampling a file fails the test (a sharded corpus still digests its
+    shards' digests)."""
 
-    def refuse(items: Any) -> str:
-        raise AssertionError("the index was digested")
+    def refuse(*args: Any) -> Any:
+        raise AssertionError("the index was digested or the file sampled")
 
     monkeypatch.setattr("cntkio.identity.array_digest", refuse)
-    monkeypatch.setattr("cntkio.formats.ctf.array_digest", refuse)
+    monkeypatch.setattr("cntkio.identity._read", refuse)
 
 
 @pytest.mark.parametrize("keys", ["numbers", "texts", "lines"])
 def test_the_index_digests_are_made_when_the_index_is_cached_and_reused_by_a_warm_open(
     tmp_path: Path, keys: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The digests of the index are made when the index is built and cached, and a warm open reads them from the
-    cache instead of digesting the index again; the identity is the same from a warm cache, from the index built
-    with the cache, without the cache, and from a copy elsewhere (which rebuilds its cache: another inode)."""
+    """The digests of the index and of the file's sampled bytes are made when the index is built and cached, and a
+    warm open reads them from the cache instead of digesting the index and sampling the file again; the identity is
+    the same from a warm cache, from the index built with the cache, without the cache, and from a copy elsewhere
+    (which rebuilds its cache: another inode)."""
     path = ctf_with_keys(tmp_path / "data.ctf", keys)
     cached = {"chunk_size_in_bytes": 100, "cache_index": True}
     skip = {"skip_sequence_ids": True} if keys == "lines" else {}
@@ -616,7 +618,8 @@ def test_the_cached_digests_are_never_those_of_an_older_file(tmp_path: Path) -> 
 
 def test_a_sharded_corpus_reuses_its_shards_cached_digests(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A sharded corpus's index digest is made of its shards' (kept in their caches): a warm open of the corpus
-    digests nothing, and its identity is that of the corpus without caches and of a copy elsewhere."""
+    digests no index and samples no file, and its identity is that of the corpus without caches and of a copy
+    elsewhere."""
     original = shards(tmp_path / "original")
     copies = copy_elsewhere(original, tmp_path / "node2", prefix="shard")
     cached = {"chunk_size_in_bytes": CHUNK, "cache_index": True}
@@ -626,3 +629,15 @@ def test_a_sharded_corpus_reuses_its_shards_cached_digests(tmp_path: Path, monke
         not_digesting(patched)
         assert identity([str(p) for p in original], **cached) == without
     assert same(identity([str(p) for p in copies], **cached), without)
+
+
+def test_a_file_rewritten_after_a_warm_open_is_not_vouched_for_by_its_cached_digests(data: Data) -> None:
+    """The cached digests describe the file as indexed: one rewritten in place after a warm open (same size, mtime
+    put back) is an error naming it at the first checkpoint, never a state made of the cached digests."""
+    options = {"chunk_size_in_bytes": CHUNK, "cache_index": True}
+    CTFDeserializer(data.path, STREAMS, **options).close()  # the cache is warm
+    with MinibatchSource(CTFDeserializer(data.path, STREAMS, **options), max_sweeps=2) as source:
+        read(source, SIZES, limit=1)
+        rewrite(data.path, b"|y 2:1", b"|y 2:9")
+        with pytest.raises(CNTKIOError, match=re.escape(data.path.name)):
+            source.get_checkpoint_state()

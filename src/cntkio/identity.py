@@ -15,7 +15,9 @@ Each deserializer answers :meth:`~cntkio.Deserializer.identity`, a small JSON di
 Names are shown in messages but never compared: a renamed or moved copy restores. Index arrays are digested with
 CRC-32C per array (native, a few GB/s, no per-sequence Python) inside a SHA-256 of their types and shapes; the
 sampled bytes with SHA-256: a few ms per million sequences and a fixed number of small reads per file, paid once
-per deserializer when a source first takes or restores a checkpoint (not at open). What the identity cannot see:
+per deserializer when a source first takes or restores a checkpoint (not at open). A format with an index cache
+makes both digests when it builds the index and keeps them in the cache, valid exactly as long as the cached index
+(the same file by inode, size and times): a warm open then only checks the file unchanged. What the identity cannot see:
 a same-size edit of a large file that keeps every sequence's byte count, length and key and falls outside the
 sampled ranges (on the node that indexed the file, reading detects any in-place rewrite by its change time).
 """
@@ -96,24 +98,26 @@ def index_identity(deserializer: Any, digest: str | None = None) -> dict[str, An
 
 
 def file_entry(
-    data_file: DataFile, layout: Sequence[np.ndarray | bytes | str | int] = (), layout_digest: str | None = None
+    data_file: DataFile, layout: Sequence[np.ndarray | bytes | str | int] = (), known: str | None = None
 ) -> dict[str, Any]:
     """One file's entry: its base name (shown, not compared), size and a digest of sampled bytes (read with
-    ``pread``) and of ``layout`` (what the index knows of where the file's sequences lie; or ``layout_digest``, its
-    :func:`array_digest` made before, e.g. kept in an index cache). The file must be as it was indexed
-    (:meth:`DataFile.check_unchanged`: its bytes are then those the index describes)."""
+    ``pread``) and of ``layout`` (what the index knows of where the file's sequences lie). The file must be as it
+    was indexed (:meth:`DataFile.check_unchanged`: its bytes are then those the index describes). ``known``: the
+    digest made so before, when the file was indexed (kept in an index cache beside the index, and valid exactly as
+    long as it: the cache is used only for the file it was built from, by inode, size and times); then nothing is
+    read."""
     data_file.check_unchanged("indexed")
     fd, size = data_file.fd, data_file.size
+    if known is not None:
+        return {"name": os.path.basename(data_file.path), "bytes": int(size), "digest": known}
     digest = hashlib.sha256(b"%d;" % size)
     if size <= SAMPLED_RANGES * RANGE_BYTES:
         digest.update(_read(fd, size, 0))
     else:
         for start in np.linspace(0, size - RANGE_BYTES, SAMPLED_RANGES).astype(np.int64).tolist():
             digest.update(_read(fd, RANGE_BYTES, start))
-    if layout_digest is None and layout:
-        layout_digest = array_digest(layout)
-    if layout_digest is not None:
-        digest.update(layout_digest.encode())
+    if layout:
+        digest.update(array_digest(layout).encode())
     return {"name": os.path.basename(data_file.path), "bytes": int(size), "digest": _hex(digest)}
 
 

@@ -48,7 +48,7 @@ logger = logging.getLogger("cntkio")
 
 __all__ = ["IndexCache", "narrowest"]
 
-FORMAT_VERSION = 2  # 2: a CTF index with the checkpoint identity's digests of it (cntkio.identity)
+FORMAT_VERSION = 3  # 3: a CTF index with the checkpoint identity's digests of it and of its file (cntkio.identity)
 MAGIC = b"CNTKIOIX"
 END = b"IXND"
 SUFFIX = ".cntkio-index"

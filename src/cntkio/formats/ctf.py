@@ -15,7 +15,7 @@ from .. import _native
 from ..deserializer import DenseStream, IndexedDeserializer, ParsedChunk, SequenceIndex, SparseStream
 from ..error_ledger import ANY_CHUNK, ErrorLedger, ErrorRows
 from ..errors import ConfigError, FormatError, Location
-from ..identity import DIGEST_SCHEME, array_digest, file_entry, index_digest
+from ..identity import DIGEST_SCHEME, file_entry, index_digest
 from ..index_cache import IndexCache, narrowest
 from ..keys import KeyColumn, NumericKeys, RangeKeys, TextKeys
 from ..legacy import CTFStreamMapping
@@ -228,11 +228,11 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
         )  # fmt: skip
         self._chunk_first_lines: np.ndarray = index["chunk_first_lines"]
         self._index = SequenceIndex(index["chunk_starts"], lengths, self._keys)
-        self._layout_digest: str | None = None
-        if cache is not None and built:  # with the identity's digests of the index: a warm open makes none
-            cache.store({**_flatten(index), **self._index_digests()})
+        self._file_digest: str | None = None
+        if cache is not None and built:  # with the identity's digests: a warm open neither digests nor samples
+            cache.store({**_flatten(index), **self._identity_digests()})
         elif cached is not None and cached.get("identity.scheme") == DIGEST_SCHEME:
-            self._cntkio_index_digest, self._layout_digest = cached.get("identity.index"), cached.get("identity.layout")
+            self._cntkio_index_digest, self._file_digest = cached.get("identity.index"), cached.get("identity.file")
         self.errors.add_rows(ANY_CHUNK, index["errors"], self._index_error, self._read_record)
         self.total_lines = int(index["total_lines"])
         self.dropped_lines = int(index["dropped_lines"])
@@ -310,20 +310,21 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
             "chunk_size_in_bytes": self.chunk_size_in_bytes, "optional_inputs": self.optional_inputs,
             "compat": self.compat, "defines_mb_size": [s.alias for s in self._streams if s.defines_mb_size],
         }  # fmt: skip
-        entry = file_entry(self.data_file, layout_digest=self._index_digests()["identity.layout"])
+        entry = file_entry(self.data_file, known=self._identity_digests()["identity.file"])
         return {**super().identity(), "options": options, "files": [entry]}
 
-    def _index_digests(self) -> dict[str, Any]:
-        """What the identity digests of the index (:func:`~cntkio.identity.index_digest`, and the file's layout:
-        each sequence's byte count, every 1024th sequence's first byte), made once: when the index is built with
-        ``cache_index`` (the cache keeps them beside the index they describe, valid as long as it is), else when
-        first asked."""
-        if self._layout_digest is None:
-            self._layout_digest = array_digest([self._sizes, self._offsets[::1024]])
+    def _identity_digests(self) -> dict[str, Any]:
+        """The identity's digests of the index (:func:`~cntkio.identity.index_digest`) and of the file (sampled
+        bytes and its layout: each sequence's byte count, every 1024th sequence's first byte), made once: when the
+        index is built with ``cache_index`` (the cache keeps them beside the index, valid exactly as long as it),
+        else when first asked."""
+        if self._file_digest is None:
+            layout = [self._sizes, self._offsets[::1024]]
+            self._file_digest = str(file_entry(self.data_file, layout)["digest"])
         return {
             "identity.scheme": DIGEST_SCHEME,
             "identity.index": index_digest(self),
-            "identity.layout": self._layout_digest,
+            "identity.file": self._file_digest,
         }
 
     def get_chunk(self, chunk_id: int) -> ParsedChunk:
