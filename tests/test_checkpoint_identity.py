@@ -487,14 +487,28 @@ def test_an_htk_corpus_whose_scp_names_other_paths_restores(tmp_path: Path) -> N
     assert "deserializer 0 (HTKFeatureDeserializer): its index" in message
 
 
-def test_a_file_rewritten_in_place_before_the_first_checkpoint_is_not_vouched_for(data: Data) -> None:
-    """The identity is made at the first checkpoint: a file rewritten since it was indexed (same size, mtime put
-    back) is an error naming it, never a state that describes other bytes than the index."""
-    with MinibatchSource(CTFDeserializer(data.path, STREAMS, chunk_size_in_bytes=CHUNK), max_sweeps=2) as source:
+@pytest.mark.parametrize("cache_index", [False, True])
+def test_a_file_rewritten_in_place_is_never_vouched_for(data: Data, tmp_path: Path, cache_index: bool) -> None:
+    """The identity is made when the source opens, of the data as indexed (a warm open: of the digests its cache
+    keeps): a file rewritten since it was indexed (same size, mtime put back) is an error naming it at the source's
+    open; one rewritten later leaves the state describing the data the source read (it restores on an unchanged
+    copy) and refused, naming the file, on the rewritten one."""
+    [copy] = copy_elsewhere([data.path], tmp_path / "node2")
+    options = {"chunk_size_in_bytes": CHUNK, "cache_index": cache_index}
+    CTFDeserializer(data.path, STREAMS, **options).close()  # the cache (if any) is warm
+    indexed = CTFDeserializer(data.path, STREAMS, **options)
+    with MinibatchSource(CTFDeserializer(data.path, STREAMS, **options), max_sweeps=2, **MODES["sequence"]) as source:
         read(source, SIZES, limit=1)
+        before = source.get_checkpoint_state()
         rewrite(data.path, b"|y 2:1", b"|y 2:9")
-        with pytest.raises(CNTKIOError, match=re.escape(data.path.name)):
-            source.get_checkpoint_state()
+        state = source.get_checkpoint_state()
+    assert state["fingerprint"] == before["fingerprint"]
+    with pytest.raises(CNTKIOError, match=re.escape(data.path.name)):
+        MinibatchSource(indexed, max_sweeps=2)  # indexed before the rewrite
+    indexed.close()
+    assert "file 0" in refusal(lambda: CTFDeserializer(data.path, STREAMS, **options), state, **MODES["sequence"])
+    with MinibatchSource(CTFDeserializer(copy, STREAMS, **options), max_sweeps=2, **MODES["sequence"]) as source:
+        source.restore_from_checkpoint(json.loads(json.dumps(state)))
 
 
 @pytest.mark.parametrize("count", [3, LISTED_FILES + 5])
@@ -629,15 +643,3 @@ def test_a_sharded_corpus_reuses_its_shards_cached_digests(tmp_path: Path, monke
         not_digesting(patched)
         assert identity([str(p) for p in original], **cached) == without
     assert same(identity([str(p) for p in copies], **cached), without)
-
-
-def test_a_file_rewritten_after_a_warm_open_is_not_vouched_for_by_its_cached_digests(data: Data) -> None:
-    """The cached digests describe the file as indexed: one rewritten in place after a warm open (same size, mtime
-    put back) is an error naming it at the first checkpoint, never a state made of the cached digests."""
-    options = {"chunk_size_in_bytes": CHUNK, "cache_index": True}
-    CTFDeserializer(data.path, STREAMS, **options).close()  # the cache is warm
-    with MinibatchSource(CTFDeserializer(data.path, STREAMS, **options), max_sweeps=2) as source:
-        read(source, SIZES, limit=1)
-        rewrite(data.path, b"|y 2:1", b"|y 2:9")
-        with pytest.raises(CNTKIOError, match=re.escape(data.path.name)):
-            source.get_checkpoint_state()

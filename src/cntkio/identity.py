@@ -14,10 +14,10 @@ Each deserializer answers :meth:`~cntkio.Deserializer.identity`, a small JSON di
 
 Names are shown in messages but never compared: a renamed or moved copy restores. Index arrays are digested with
 CRC-32C per array (native, a few GB/s, no per-sequence Python) inside a SHA-256 of their types and shapes; the
-sampled bytes with SHA-256: a few ms per million sequences and a fixed number of small reads per file, paid once
-per deserializer when a source first takes or restores a checkpoint (not at open). A format with an index cache
-makes both digests when it builds the index and keeps them in the cache, valid exactly as long as the cached index
-(the same file by inode, size and times): a warm open then only checks the file unchanged. What the identity cannot see:
+sampled bytes with SHA-256: a few ms per million sequences and a fixed number of small reads per file, made once
+per deserializer when a source opens (:func:`identity_of`). A format with an index cache makes both digests when it
+builds the index and keeps them in the cache, valid exactly as long as the cached index (the same file by inode,
+size and times): after a warm open the identity only checks each file unchanged. What the identity cannot see:
 a same-size edit of a large file that keeps every sequence's byte count, length and key and falls outside the
 sampled ranges (on the node that indexed the file, reading detects any in-place rewrite by its change time).
 """

@@ -204,6 +204,7 @@ class MinibatchSource:
         self.equal_steps: dict[str, Any] | None = None  # the plan of ranks stepping together (cntkio.equal_steps)
         self._epoch_end = self._compute_epoch_end()
         self._cursor = Cursor(self._corpus, self.randomization)
+        self._identity = json.dumps(self._fingerprint(), sort_keys=True)  # at open (each state gets its own copy)
         self._cache = ChunkCache(
             self._corpus, threads, self._clock, split=self.memory_budget is None or self.memory_budget.split_chunks
         )
@@ -213,7 +214,6 @@ class MinibatchSource:
         self._stage_ends = [0.0, 0.0, 0.0]  # perf_counter when a read's selection, chunk plan and gather ended
         self._marks: list[float] | None = None  # _stage_ends during a read whose stages are timed, else None
         self._lock = threading.RLock()
-        self._identity: str | None = None  # _fingerprint() as JSON, at the first checkpoint (each state a copy)
         self._closed = False
 
     def _check_aligned(self) -> None:
@@ -705,11 +705,9 @@ class MinibatchSource:
         return {**self._corpus.identity(), "order": order}
 
     def _identity_json(self) -> str:
-        """:meth:`_fingerprint` as JSON, made when the source first takes or restores a checkpoint and kept: digesting
-        the index takes a few ms per million sequences, which a source that never checkpoints does not pay, and the
-        files are checked unchanged since they were indexed when they are sampled."""
-        if self._identity is None:
-            self._identity = json.dumps(self._fingerprint(), sort_keys=True)
+        """:meth:`_fingerprint` as JSON, made at open: the data as indexed (each file checked unchanged since), so a
+        state describes the data the source reads; with warm index caches it costs a few % of the cached open (their
+        digests are kept in the caches), without them far less than indexing."""
         return self._identity
 
     def get_checkpoint_state(self) -> dict[str, Any]:
