@@ -170,3 +170,36 @@ def test_listings_given_as_pipes_are_still_read_once(tmp_path: Path) -> None:
 def test_a_directory_named_as_a_state_list_is_refused(tmp_path: Path) -> None:
     with pytest.raises(FormatError, match=r"state list .* is a directory"):
         read_state_list(tmp_path)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_an_image_swapped_for_a_fifo_or_device_after_the_check_is_refused_by_the_read(tmp_path, kind):
+    """The check before the read and the read are two steps: a FIFO or device put in the file's place between them is
+    refused by the read itself (opened without waiting for a writer, then checked), never waited on or read without
+    end."""
+    target = tmp_path / "image.png"
+    if kind == "fifo":
+        os.mkfifo(target)
+    else:
+        target.symlink_to("/dev/zero")
+    (tmp_path / "map.txt").write_text("image.png\t0\n")
+    out = run(
+        """
+        from cntkio.formats import image_map
+        images = image_map.parse_image_map("map.txt", label_dim=1)
+        checks = []
+        real = image_map.require_regular_file
+        def passing_once(*args):  # the file was regular when checked; swapped right after
+            checks.append(args)
+            if len(checks) > 1:
+                real(*args)
+        image_map.require_regular_file = passing_once
+        try:
+            image_map.read_image_bytes(images, 0)
+            print("read")
+        except image_map.FormatError as error:
+            print("refused:", error)
+        """,
+        tmp_path,
+    )
+    assert "refused:" in out and "image.png" in out and "not a regular file" in out, out

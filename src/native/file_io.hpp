@@ -46,10 +46,13 @@ inline void read_exact(int fd, int64_t offset, int64_t size, char* out) {
 // Reads the whole file at `path` (regular file, pipe or device: up to its end) into `out`; returns 0, or the errno
 // of the open, fstat or read that failed. The file is closed before returning.
 inline int read_whole_file(const char* path, std::string& out) {
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO put where a file was must not wait for a writer; what was opened is then checked,
+  // so a path swapped after the caller's check is refused too (EISDIR for a directory, EINVAL for anything else
+  // that is not a regular file: a FIFO, a socket, a device such as /dev/zero that never ends).
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) return errno;
   struct stat info;
-  int error = ::fstat(fd, &info) != 0 ? errno : S_ISDIR(info.st_mode) ? EISDIR : 0;
+  int error = ::fstat(fd, &info) != 0 ? errno : S_ISDIR(info.st_mode) ? EISDIR : !S_ISREG(info.st_mode) ? EINVAL : 0;
   int64_t done = 0;
   out.clear();
   while (error == 0) {

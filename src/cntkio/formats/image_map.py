@@ -432,6 +432,7 @@ def read_image_bytes(image_map: ImageMap, row: int, archives: ZipArchives | None
     try:
         return _native.read_file(os.fsencode(path))
     except OSError as error:
+        require_regular_file(path, "image file", image_map.location(row))  # replaced by a FIFO or device since
         name = image_map.paths[int(image_map.path_ids[row])]
         raise FormatError(
             f"cannot open image file {name!r}: {error.strerror or error}", image_map.location(row)
