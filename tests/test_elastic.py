@@ -343,9 +343,10 @@ def test_merged_partitions_far_apart_are_refused(files):
         (lambda s: s["bptt_slots"]["slots"][0][0].__setitem__(1, 99), "bptt_slots"),
         (lambda s: s["bptt_slots"]["slots"][0][0].__setitem__(2, 99), "bptt_slots"),
         (lambda s: s["bptt_slots"]["slots"][0][0].__setitem__(0, 10**6), "bptt_slots"),
+        (lambda s: s["bptt_slots"]["slots"][0].__setitem__(0, [-1, 0, 0]), "bptt_slots"),
         (lambda s: s.update(epoch=5), "epoch"),
     ],
-    ids=["block-start", "layer-cursor", "bptt-offset", "bptt-length", "bptt-unit", "epoch"],
+    ids=["block-start", "layer-cursor", "bptt-offset", "bptt-length", "bptt-unit", "bptt-end-mark-in-a-slot", "epoch"],
 )
 def test_resealed_out_of_range_fields_are_refused(files, change, field):
     """Values the digest would have caught, edited and re-sealed: each is refused, naming the field."""

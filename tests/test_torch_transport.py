@@ -136,6 +136,31 @@ def test_a_slot_that_does_not_hold_the_batch_sent_is_refused() -> None:
         shm.remove_job(os.getpid(), "header")
 
 
+def test_a_fill_that_fails_gives_its_slot_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy into a slot that raises leaves the slot free (a regular slot) or its file removed (a one-off slot):
+    before, the slot stayed leased for good and the one-off file stayed in the job's directory."""
+    job = shm.job_name(os.getpid(), "fill")
+    try:
+        pool = torch_transport.worker_pool(job)
+        assert pool is not None
+        directory = os.path.dirname(pool.name)
+
+        def broken(*args: Any) -> None:
+            raise MemoryError("injected")
+
+        monkeypatch.setattr(torch_transport, "_fill", broken)
+        with pytest.raises(MemoryError):
+            pool.pack({"tensors": {"x": torch.arange(5)}}, ("tensors",))
+        assert not any(pool.flags[8 : 8 + torch_transport.MAX_SLOTS])
+        pool.flags[8 : 8 + torch_transport.MAX_SLOTS] = b"\x01" * torch_transport.MAX_SLOTS  # every slot leased
+        before = set(os.listdir(directory))
+        with pytest.raises(MemoryError):
+            pool.pack({"tensors": {"x": torch.arange(5)}}, ("tensors",))
+        assert set(os.listdir(directory)) == before
+    finally:
+        shm.remove_job(os.getpid(), "fill")
+
+
 # --- /dev/shm full -------------------------------------------------------------------------------------------
 
 
@@ -243,3 +268,22 @@ def test_a_nearly_full_dev_shm(tmp_path: Path, data_file: tuple[str, dict[int, A
 def data_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[int, Any]]:
     path = tmp_path_factory.mktemp("transport") / "varying.ctf"
     return str(path), worker.write_ctf(path, 600)
+
+
+def test_keys_that_cannot_be_computed_in_a_worker_raise_in_the_main_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batch's keys are computed when it leaves a worker (in torch's queue feeder thread, where an exception drops
+    the batch and the loader waits forever): a failure there becomes an error the main process raises."""
+    import pickle
+
+    from cntkio import torch as cntkio_torch
+
+    class Broken:
+        def columns(self) -> Any:
+            raise OSError("injected: the provenance cannot be read")
+
+    batch = cntkio_torch.TorchMinibatch(tensors={"x": torch.arange(3)}, lengths={}, provenance=Broken())
+    monkeypatch.setattr(cntkio_torch, "get_worker_info", lambda: object())
+    wire = pickle.dumps(batch)  # what torch's feeder thread does: it must not raise there
+    monkeypatch.undo()
+    with pytest.raises(RuntimeError, match="could not send a batch(.|\n)*injected: the provenance cannot be read"):
+        pickle.loads(wire)

@@ -156,7 +156,7 @@ def check_in_flight(state: dict[str, Any], lengths: np.ndarray) -> None:
     for where, unit, done, length, ends in entries:
         if ends not in (0, 1):
             raise ConfigError(f"checkpoint: bptt_slots.{where}: a sweep-end flag must be 0 or 1, got {ends}")
-        if unit == -1 and where != "slots" and done == length == 0:
+        if unit == -1 and not where.startswith("slots") and done == length == 0:
             continue  # marks only the end of a sweep
         if not 0 <= unit < units:
             raise ConfigError(f"checkpoint: bptt_slots.{where}: sequence {unit} is outside the data's [0, {units})")

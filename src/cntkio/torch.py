@@ -92,13 +92,13 @@ class TorchMinibatch:
         return state
 
     def __reduce__(self) -> tuple[Any, ...]:
-        state = self.__getstate__()
         if get_worker_info() is None:
-            return _minibatch_from_state, (state,)
+            return _minibatch_from_state, (self.__getstate__(),)
         # Leaving a loader worker, from torch's queue feeder thread, where an exception would drop the batch (and the
         # loader would wait for it forever): through a shared-memory slot, else inline; anything else raises in the
-        # main process (see cntkio.torch_transport).
+        # main process (see cntkio.torch_transport). The keys are computed here too (__getstate__).
         try:
+            state = self.__getstate__()
             transport = self.__dict__.get("_transport")
             wire = transport.pack(state, ("tensors", "lengths", "masks", "offsets")) if transport is not None else None
             if wire is not None:

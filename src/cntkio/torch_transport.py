@@ -113,7 +113,15 @@ class SlotPool:
             if taken is None:
                 return None
             slot, generation, mapping = taken
-            _fill(mapping, (self.owner, slot, generation, self.serial), tensors)
+            try:
+                _fill(mapping, (self.owner, slot, generation, self.serial), tensors)
+            except BaseException:  # the slot goes back (a one-off slot's file goes), then the caller reports it
+                if slot == MAX_SLOTS:
+                    mapping.close()
+                    shm.unlink(f"{self.name}-s{MAX_SLOTS}-g{generation}")
+                else:
+                    self.flags[8 + slot] = 0
+                raise
             if slot == MAX_SLOTS:
                 mapping.close()  # (the main process maps it)
         others = {name: value for name, value in fields.items() if name not in refs}
