@@ -285,5 +285,5 @@ def test_keys_that_cannot_be_computed_in_a_worker_raise_in_the_main_process(monk
     monkeypatch.setattr(cntkio_torch, "get_worker_info", lambda: object())
     wire = pickle.dumps(batch)  # what torch's feeder thread does: it must not raise there
     monkeypatch.undo()
-    with pytest.raises(RuntimeError, match="could not send a batch(.|\n)*injected: the provenance cannot be read"):
+    with pytest.raises(RuntimeError, match=r"could not send a batch(.|\n)*injected: the provenance cannot be read"):
         pickle.loads(wire)
