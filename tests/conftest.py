@@ -37,6 +37,12 @@ class Parsed:
         return [_rows(matrix) for matrix in self.streams[name]]
 
 
+def numbered_ctf(path: Path, sequences: int) -> Path:
+    """Sequence k holds one sample ``x = [k, k]``; every line has the same length (keys padded)."""
+    path.write_text("".join(f"{k:06d} |x {k:06d} {k:06d}\n" for k in range(sequences)))
+    return path
+
+
 def _rows(matrix: scipy.sparse.csr_matrix) -> list[list[tuple[int, float]]]:
     indptr = matrix.indptr.tolist()
     return [list(zip(matrix.indices[a:b].tolist(), matrix.data[a:b].tolist())) for a, b in itertools.pairwise(indptr)]

@@ -33,6 +33,7 @@ from cntkio import (
 )
 from cntkio.formats import htk_features
 from cntkio.htk import ScpEntry, write_archive, write_features, write_scp
+from conftest import numbered_ctf
 
 X = StreamDefs(x=StreamDef(field="x", shape=2))
 
@@ -52,12 +53,6 @@ def rewrite_in_place(path: Path, data: bytes) -> None:
             break
         time.sleep(0.005)
     assert (after.st_ino, after.st_size, after.st_mtime_ns) == (info.st_ino, info.st_size, info.st_mtime_ns)
-
-
-def numbered_ctf(path: Path, sequences: int) -> Path:
-    """Sequence k holds ``x = [k, k]``; every line has the same length."""
-    path.write_text("".join(f"{k:06d} |x {k:06d} {k:06d}\n" for k in range(sequences)))
-    return path
 
 
 def shuffled_lines(path: Path, every: int) -> bytes:

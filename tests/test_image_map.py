@@ -561,7 +561,7 @@ def test_base64_errors(tmp_path: Path, text: str, line: int, column: int, key: A
 def test_base64_needs_a_regular_file(tmp_path: Path) -> None:
     fifo = tmp_path / "b.fifo"
     os.mkfifo(fifo)
-    with pytest.raises(ConfigError, match="regular file"):
+    with pytest.raises(FormatError, match=r"Base64 image file '.*b\.fifo' is a FIFO, not a regular file"):
         index_base64(fifo, label_dim=None)
 
 

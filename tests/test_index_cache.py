@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from cntkio import CTFDeserializer, MinibatchSource, StreamDef, StreamDefs, _native
+from conftest import numbered_ctf
 
 STREAMS = StreamDefs(x=StreamDef(field="x", shape=2), y=StreamDef(field="y", shape=5, is_sparse=True))
 X = StreamDefs(x=StreamDef(field="x", shape=2))
@@ -90,12 +91,6 @@ def test_a_file_with_text_ids_or_none_is_read_from_its_cache(
     cached = everything(CTFDeserializer(data, STREAMS, cache_index=True, **options))
     assert cached[0] == fresh[0]
     np.testing.assert_array_equal(cached[1], fresh[1])
-
-
-def numbered_ctf(path: Path, sequences: int) -> Path:
-    """Sequence k holds one sample ``x = [k, k]``; every line has the same length (keys padded)."""
-    path.write_text("".join(f"{k:06d} |x {k:06d} {k:06d}\n" for k in range(sequences)))
-    return path
 
 
 def swap_lines_keeping_size_and_mtime(path: Path, first: int) -> None:

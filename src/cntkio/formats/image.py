@@ -28,7 +28,7 @@ from ..errors import ConfigError, FormatError, Location
 from ..identity import array_digest, file_entry
 from ..keys import KeyColumn, ObjectKeys, TextKeys
 from ..streams import StreamInformation, iter_stream_defs, parse_precision
-from .data_file import DataFile, read_whole, rebuild_unchanged
+from .data_file import DataFile, read_whole, rebuild_unchanged, require_regular_file
 from .image_map import (
     Base64Index,
     ImageMap,
@@ -37,7 +37,6 @@ from .image_map import (
     index_base64,
     parse_image_map,
     read_image_bytes,
-    require_regular_base64,
 )
 from .image_pipeline import ImagePipeline, RandomDraws, key_hash, require_cv2
 from .shards import Sharded
@@ -449,7 +448,7 @@ class Base64ImageDeserializer(Sharded, ImageDeserializerBase):
     )
 
     def _index_images(self, config: _Streams) -> tuple[KeyColumn, np.ndarray, int]:
-        require_regular_base64(self.filename)
+        require_regular_file(self.filename, "Base64 image file")  # read by offset; opening a FIFO would wait
         self._file = DataFile(self.filename, "Base64 image", allow_empty=True)  # indexed as opened, read by offset
         try:
             self.index: Base64Index = index_base64(self.filename, label_dim=config.label_dim, fd=self._file.fd)

@@ -479,13 +479,6 @@ class Base64Index:
         return decode_base64_batch(fd, self.payload_offsets[rows], self.payload_lengths[rows])
 
 
-def require_regular_base64(file: str) -> None:
-    """Refuses a base64 image file that is not a regular file (its payloads are read by offset); checked before
-    opening it, since opening a FIFO waits for a writer."""
-    if not stat.S_ISREG(os.stat(file).st_mode):
-        raise ConfigError(f"{file}: a base64 image file must be a regular file (its payloads are read by offset)")
-
-
 def index_base64(
     path: str | os.PathLike[str], *, label_dim: int | None, block: int = 4 << 20, fd: int | None = None
 ) -> Base64Index:
@@ -505,7 +498,7 @@ def index_base64(
     if fd is not None:
         columns = _native.base64_index_scan(fd, os.fstat(fd).st_size, dim, block)
     else:
-        require_regular_base64(file)
+        require_regular_file(file, "Base64 image file")  # read by offset; opening a FIFO would wait
         with open(file, "rb") as handle:
             columns = _native.base64_index_scan(handle.fileno(), os.fstat(handle.fileno()).st_size, dim, block)
     if columns["fatal"] is not None:
