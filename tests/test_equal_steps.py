@@ -25,7 +25,7 @@ import torch
 
 import torch_dist_worker as data_helpers
 from cntkio import ConfigError, CTFDeserializer, MinibatchSource, StreamDef, StreamDefs
-from cntkio.equal_steps import EqualSteps, EqualStepsReader
+from cntkio.equal_steps import EpochSteps, EqualSteps, EqualStepsReader, SharedCarry
 from cntkio.torch import MinibatchDataset
 
 WORKER = Path(__file__).parent / "equal_steps_worker.py"
@@ -116,9 +116,13 @@ def test_gloo_ranks_step_together_and_read_exactly_once(
         carried = rank["epochs"][-1]["plan"]
         left = sum(len(minibatch) for epoch in stream for minibatch in epoch) - len(delivered)
         last_minibatches = [minibatch for epoch in stream for minibatch in epoch]
-        counted = carried["carried_in"][rank["rank"]] + carried["own"][rank["rank"]] - rank["epochs"][-1]["steps"]
+        available = carried["carried_in"][rank["rank"]] + carried["own"][rank["rank"]]
+        counted = max(available - rank["epochs"][-1]["steps"], 0)
         assert left == sum(len(mb) for mb in last_minibatches[len(last_minibatches) - counted :])
-        assert all(weight == 1.0 for epoch in rank["epochs"] for weight in epoch["weights"])
+        for epoch in rank["epochs"]:  # data, then (a rank more than max_carry short) padding of weight 0
+            plan, weights = epoch["plan"], epoch["weights"]
+            data_steps = min(plan["carried_in"][rank["rank"]] + plan["own"][rank["rank"]], epoch["steps"])
+            assert weights == [1.0] * data_steps + [0.0] * (epoch["steps"] - data_steps)
     assert any(rank["epochs"][0]["plan"]["own"] != rank["epochs"][0]["plan"]["own"][::-1] for rank in ranks)
 
 
@@ -262,6 +266,7 @@ def test_the_reader_for_other_frameworks_shares_the_rule(data: str) -> None:
         plans = [planner.plan(source, epoch) for epoch in range(3)]
     for earlier, later in itertools.pairwise(plans):
         assert later.carried_in == earlier.carried_out and min(later.carried_out) == 0
+        assert max(later.carried_out) <= planner.max_carry
 
 
 def test_jax_batches_carry_the_keys_of_their_rows(data: str) -> None:
@@ -301,7 +306,7 @@ def test_jax_processes_share_the_rule(data: str, rule: str) -> None:
         if rule == "pad":  # each epoch's own minibatches, then empty steps
             assert all(s[: len(o)] == o and not any(s[len(o) :]) for s, o in zip(stream, own, strict=True))
         else:  # the rank's stream runs on across epochs
-            delivered = [mb for epoch in stream for mb in epoch]
+            delivered = [mb for epoch in stream for mb in epoch if mb]  # (padding past max_carry: no rows)
             assert delivered == [mb for epoch in own for mb in epoch][: len(delivered)]
 
 
@@ -381,7 +386,7 @@ def test_explain_shows_what_each_rule_does(data: str) -> None:
     counts = [s["minibatches"] for s in plan["shares"] if s["sweep"] == 0 and s["worker"] is None]
     carry, pad = plan["equal_steps"]["carry"], plan["equal_steps"]["pad"]
     assert carry["own"] == pad["own"] == counts  # the same count as explain's own walk
-    assert carry["steps"] == min(counts) and pad["steps"] == max(counts)
+    assert carry["steps"] == max(min(counts), max(counts) - carry["max_carry"]) and pad["steps"] == max(counts)
 
 
 def test_spawned_loader_workers_carry_across_passes(data: str) -> None:
@@ -394,4 +399,157 @@ def test_spawned_loader_workers_carry_across_passes(data: str) -> None:
     loader = DataLoader(dataset, batch_size=None, num_workers=1, multiprocessing_context="spawn")
     passes = [[[key for _, key in batch.keys] for batch in loader] for _ in range(2)]
     assert passes == run_ranks(data, 3, "carry", 2)[2]
-    assert dataset._carry.get(3) is not None  # (the record the workers shared)
+    assert dataset._carry.get(EqualSteps("carry", MINIBATCH, 3)) is not None  # (the record the workers shared)
+
+
+@pytest.mark.parametrize("kind", ["jax", "reader"])
+def test_jax_and_the_reader_resume_a_merged_state_without_rereading(data: str, kind: str) -> None:
+    """2 ranks read 5 steps each; their merged state resumes 3 ranks: the epoch is read exactly once (the restored
+    position used to be thrown away by the next iteration's plan, which started the epoch over: 80 keys read twice).
+    A rank's own state without a plan (taken with equal steps off) is refused."""
+    if kind == "jax":
+        pytest.importorskip("jax")
+    from cntkio.jax import JaxIterator
+
+    def make(ranks: int, rank: int, rule: str | None = "pad") -> Any:
+        if kind == "jax":
+            return JaxIterator(functools.partial(data_helpers.make_source, data), MINIBATCH,
+                               partition=(ranks, rank), equal_steps=rule)  # fmt: skip
+        return EqualStepsReader(data_helpers.make_source(data), MINIBATCH, ranks, rank, rule=rule or "pad")
+
+    read: Counter[Any] = Counter()
+    states = []
+    for rank in range(2):
+        old = make(2, rank)
+        iterator = iter(old)
+        for _ in range(5):
+            read.update(key for _, key in next(iterator).sequence_keys)
+        states.append(old.get_state()["source"])
+    merged = json.loads(json.dumps(MinibatchSource.merge_checkpoints(states)))
+    steps = set()
+    for rank in range(3):
+        new = make(3, rank)
+        new.set_state({"source": merged} if kind == "jax" else {"source": merged, "epoch": 0})
+        batches = [[key for _, key in batch.sequence_keys] for batch in new]
+        steps.add(len(batches))
+        read.update(key for keys in batches for key in keys)
+    assert len(steps) == 1
+    assert sorted(read.items()) == [(key, 1) for key in range(SEQUENCES)]
+    if kind == "jax":  # (the reader has no "off")
+        own = make(2, 0, None)
+        next(iter(own))
+        with pytest.raises(ConfigError, match="without an equal-steps plan"):
+            make(2, 0).set_state(own.get_state())
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    counts=st.integers(1, 6).flatmap(
+        lambda ranks: st.lists(st.lists(st.integers(0, 40), min_size=ranks, max_size=ranks), min_size=1, max_size=30)
+    ),
+    max_carry=st.integers(0, 10),
+)
+def test_carry_keeps_every_backlog_within_max_carry(counts: list[list[int]], max_carry: int) -> None:
+    """Over random per-rank counts for many epochs: equal steps, no rank more than max_carry minibatches behind
+    (the backlog used to grow by the count difference every epoch), and each rank's stream read once, in order."""
+    ranks = len(counts[0])
+    backlog: list[list[tuple[int, int]]] = [[] for _ in range(ranks)]  # per rank, (epoch, minibatch) not yet read
+    delivered: list[list[tuple[int, int]]] = [[] for _ in range(ranks)]
+    carried_in = (0,) * ranks
+    for epoch, own in enumerate(counts):
+        plan = EpochSteps("carry", epoch, carried_in, tuple(own), max_carry=max_carry)
+        for rank in range(ranks):
+            backlog[rank] += [(epoch, i) for i in range(own[rank])]
+            data_steps = plan.data_steps(rank)
+            assert data_steps + plan.padded[rank] == plan.steps
+            delivered[rank] += backlog[rank][:data_steps]
+            del backlog[rank][:data_steps]
+            assert len(backlog[rank]) == plan.carried_out[rank] <= max_carry
+        assert max_carry or not any(plan.carried_out)  # max_carry=0 is "pad"
+        carried_in = plan.carried_out
+    for rank in range(ranks):
+        assert delivered[rank] + backlog[rank] == [(e, i) for e, own in enumerate(counts) for i in range(own[rank])]
+
+
+def test_carry_bounds_the_backlog_of_a_rank_that_always_gets_more(tmp_path: Path) -> None:
+    """The reviewer's case: in order (randomize=False) 3 ranks get (31, 32, 32) minibatches every epoch; the
+    backlog stays within max_carry over 40 epochs (it grew by one per epoch), the short rank padding instead; the
+    reader yields each rank's stream in order, padding steps empty."""
+    path = tmp_path / "even.ctf"
+    path.write_text("".join(f"{k} |x {k} {k}\n" for k in range(2000)))
+
+    def make() -> MinibatchSource:
+        streams = StreamDefs(x=StreamDef(field="x", shape=2))
+        return MinibatchSource(CTFDeserializer(str(path), streams, chunk_size_in_bytes=3000), randomize=False,
+                               max_samples=2000)  # fmt: skip
+
+    with make() as source:
+        planner = EqualSteps("carry", 64, 3, max_carry=2)
+        plans = [planner.plan(source, epoch) for epoch in range(40)]
+    assert len({p.own for p in plans}) == 1 and len(set(plans[0].own)) > 1  # the same uneven counts every epoch
+    assert max(max(p.carried_out) for p in plans) <= 2 and any(any(p.padded) for p in plans)
+    with make() as source:
+        sizes = source.partition_minibatches(64, 3, epoch=0)
+    for rank in range(3):
+        reader = EqualStepsReader(make(), 64, 3, rank, rule="carry", max_carry=2)
+        epochs = [[batch.sequence_keys for batch in reader] for _ in range(6)]
+        assert [len(e) for e in epochs] == [p.steps for p in plans[:6]]
+        data = [keys for epoch in epochs for keys in epoch if keys]
+        with make() as source:  # the rank's own stream, epoch after epoch
+            natural = []
+            for epoch in range(6):
+                source.start_epoch(epoch)
+                natural += [mb.sequence_keys for mb in source.iter_minibatches(64, num_data_partitions=3,
+                                                                               partition_index=rank)]  # fmt: skip
+        assert data == natural[: len(data)] and len(natural) - len(data) == plans[5].carried_out[rank]
+        assert reader.source.stats().equal_steps == reader.last_plan.report()  # type: ignore[union-attr]
+    assert len(sizes) == 3
+
+
+def test_a_shared_carry_record_of_another_planning_is_not_used(data: str) -> None:
+    """The record loader workers share names the planning it was made under: a planner of another minibatch size
+    (or max_carry) plans its own carry instead of starting from the old one's vector."""
+    shared = SharedCarry()
+    with data_helpers.make_source(data) as source:
+        EqualSteps("carry", MINIBATCH, 3, shared, max_carry=3).plan(source, 0)
+        for size, max_carry in ((MINIBATCH + 8, 3), (MINIBATCH, 1)):
+            fresh = EqualSteps("carry", size, 3, max_carry=max_carry).plan(source, 1)
+            assert EqualSteps("carry", size, 3, shared, max_carry=max_carry).plan(source, 1) == fresh
+        again = EqualSteps("carry", MINIBATCH, 3, shared, max_carry=3)
+        assert shared.get(again) is None or shared.get(again) == (2, again.plan(source, 1).carried_out)
+
+
+def test_the_readmes_padding_loss_keeps_gradients_finite(data: str) -> None:
+    """A padding batch (no rows, weight 0): the mean of an empty loss is NaN, and NaN * 0 is NaN — here in the
+    gradient of a learned loss scale, which DDP's all-reduce would spread to every rank; the README's recipe gives a
+    zero loss still connected to the parameters, so backward runs (DDP's collectives match) and every gradient is
+    finite and zero."""
+    with data_helpers.make_source(data) as source:
+        counts = [len(sizes) for sizes in source.partition_minibatches(MINIBATCH, 3, epoch=0)]
+    rank = int(np.argmin(counts))
+    dataset = MinibatchDataset(functools.partial(data_helpers.make_source, data), MINIBATCH, num_partitions=3,
+                               partition_index=rank, equal_steps="pad", layout={"x": "padded"})  # fmt: skip
+    batches = list(dataset)
+    padding, real = batches[-1], batches[0]
+    assert padding.weight == 0.0 and real.weight == 1.0
+    torch.manual_seed(0)
+    model = torch.nn.Linear(data_helpers.DENSE_DIM, 1)
+    log_scale = torch.nn.Parameter(torch.zeros(()))  # a learned loss weighting (uncertainty weighting)
+    parameters = [*model.parameters(), log_scale]
+
+    def gradients(batch: Any, recipe: bool) -> list[torch.Tensor]:
+        for parameter in parameters:
+            parameter.grad = None
+        x, mask = batch["x"], batch.masks["x"].bool()  # [B, T, 3], [B, T]
+        per_sample = model(x).squeeze(-1).pow(2) * mask  # [B, T]
+        # the README's recipe, or the mean of the rows
+        data_loss = per_sample.sum() / max(int(mask.sum()), 1) if recipe else per_sample[mask].mean()
+        loss = (data_loss * torch.exp(-log_scale) + log_scale) * batch.weight
+        loss.backward()
+        return [p.grad.detach().clone() for p in parameters if p.grad is not None]
+
+    naive = gradients(padding, recipe=False)
+    assert any(not torch.isfinite(g).all() for g in naive)  # the hazard
+    grads = gradients(padding, recipe=True)
+    assert len(grads) == 3 and all(torch.isfinite(g).all() and not g.any() for g in grads)
+    assert any(g.any() for g in gradients(real, recipe=True))  # a data batch does move the model

@@ -9,9 +9,10 @@ and keep stepping together until every partition is done (a process with no data
 With ``equal_steps`` (:mod:`cntkio.equal_steps`, the rule :mod:`cntkio.torch` uses too) the processes know every
 process's count of the epoch from the index, and each iteration reads one epoch: ``"pad"`` (the default with
 ``sharding``: every process steps as often as the one with the most, padding when its data has ended) or ``"carry"``
-(all stop at the fewest; the rest comes first in the next epoch). Every batch carries the ``(source, key)`` of each of
-its rows in ``batch.sequence_keys`` (padding rows have none), so exactly-once can be checked as with torch's
-``batch.keys``. ``get_state()`` is JSON; ``set_state()`` resumes exactly after the last batch.
+(all stop at the fewest, none more than ``max_carry`` behind; the rest comes first in the next epoch). Every batch
+carries the ``(source, key)`` of each of its rows in ``batch.sequence_keys`` (padding rows have none), so exactly-once
+can be checked as with torch's ``batch.keys``. ``get_state()`` is JSON; ``set_state()`` resumes exactly after the
+last batch.
 
 Install with ``pip install "cntkio[jax]"``.
 """
@@ -25,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from . import layouts
-from .equal_steps import EqualSteps, RankStream, check_rule
+from .equal_steps import MAX_CARRY, EqualSteps, RankStream, check_max_carry, check_rule
 from .minibatch import Minibatch, MinibatchData
 from .source import MinibatchSource
 
@@ -103,6 +104,8 @@ class JaxIterator:
             and each iteration reads the next epoch (the source needs epochs: ``max_sweeps`` or ``max_samples``);
             None: each iteration reads on to the source's end; ``"auto"``: ``"pad"`` with ``sharding`` over more than
             one process and a source with epochs, else None.
+        max_carry: under ``"carry"``, the most minibatches a process may leave for the next epoch
+            (:mod:`cntkio.equal_steps`).
     """
 
     def __init__(
@@ -117,9 +120,11 @@ class JaxIterator:
         sharding: Any = None,
         pad_id: int = 0,
         equal_steps: str | None = "auto",
+        max_carry: int = MAX_CARRY,
     ):
         if equal_steps not in (None, "auto"):
             check_rule(equal_steps)
+        self.max_carry = check_max_carry(max_carry)
         for name in [layout] if isinstance(layout, str) else list(layout.values()):
             if name not in LAYOUTS:
                 raise ValueError(f"unknown layout {name!r}; one of {', '.join(LAYOUTS)}")
@@ -153,26 +158,28 @@ class JaxIterator:
     def get_state(self) -> dict[str, Any]:
         """JSON-able: the position after the last batch (of this process's partition)."""
         state: dict[str, Any] = {"source": self.source.get_checkpoint_state(), "steps": self.steps}
-        stream = self._epoch_stream
-        if stream is not None and not stream.done:  # equal steps: the epoch, the step in it and its plan
+        stream, planner = self._epoch_stream, self._equal_steps_planner()
+        if stream is not None:  # equal steps: the epoch, the step in it and its plan (all steps: read to its end)
             state.update(epoch=stream.plan.epoch, step=stream.index, equal_steps=stream.plan.state())
-        elif self._equal_steps_planner() is not None:  # (an epoch read to its end: the next one)
-            epoch = stream.plan.epoch + 1 if stream is not None else self._next_epoch()
-            state.update(epoch=epoch, step=0, equal_steps=None)
+        elif planner is not None:  # (before the first step: the plan of the epoch to read)
+            plan = planner.plan(self.source, self._next_epoch())
+            state.update(epoch=plan.epoch, step=0, equal_steps=plan.state())
         return state
 
     def set_state(self, state: Mapping[str, Any]) -> None:
-        """Resumes right after the batch ``state`` was taken at."""
+        """Resumes right after the batch ``state`` was taken at, or (equal steps) from a merged state of every
+        process (``{"source": MinibatchSource.merge_checkpoints(...)}``, any partitioning)."""
         self.source.restore_from_checkpoint(dict(state["source"]))
         self.steps = int(state.get("steps", 0))
         planner = self._equal_steps_planner()
         self._epoch_stream = None
-        if planner is None or "epoch" not in state:
+        if planner is None:
             return
-        self.epoch = int(state["epoch"])
-        if state.get("equal_steps") is not None:
-            plan = planner.check(self.source, state["equal_steps"], self.epoch)
-            self._epoch_stream = RankStream(self.source, planner, plan, self.index, int(state["step"]))
+        epoch = int(state.get("epoch", self.source.current_epoch))
+        stream = self._epoch_stream = planner.stream(
+            self.source, epoch, self.index, state["source"], state.get("equal_steps"), int(state.get("step", 0))
+        )
+        self.epoch = epoch + 1 if stream.done else epoch
 
     def _equal_steps_planner(self) -> EqualSteps | None:
         rule = self.equal_steps
@@ -185,7 +192,7 @@ class JaxIterator:
         if self._planner is None:
             if self.source.is_infinite():
                 raise ValueError(f"equal_steps={rule!r} needs epochs: set max_samples or max_sweeps on the source")
-            self._planner = EqualSteps(rule, self.minibatch_size, self.partitions)
+            self._planner = EqualSteps(rule, self.minibatch_size, self.partitions, max_carry=self.max_carry)
         return self._planner
 
     def _next_epoch(self) -> int:
@@ -199,9 +206,7 @@ class JaxIterator:
         if planner is None:
             return None
         if self._epoch_stream is None or self._epoch_stream.done:
-            plan = planner.plan(self.source, self._next_epoch())
-            planner.locate(self.source, plan, self.index)
-            self._epoch_stream = RankStream(self.source, planner, plan, self.index)
+            self._epoch_stream = planner.stream(self.source, self._next_epoch(), self.index)
         return self._epoch_stream
 
     def __iter__(self) -> Iterator[JaxBatch]:

@@ -13,8 +13,9 @@ size is refused with an explanation).
   initialised) reads its own partition of every sweep, so across ranks each sequence is read once.
 * Equal steps (:mod:`cntkio.equal_steps`): with ``torch.distributed`` initialised with more than one rank, every rank
   yields the same number of minibatches per epoch (``equal_steps="carry"``, the default: all stop at the fewest and
-  carry the rest into the next epoch; ``"pad"``: all go on to the most, a rank out of data yielding empty batches of
-  ``weight`` 0), so ranks stepping together do not hang at the end of an epoch; ``equal_steps=None`` turns it off.
+  carry the rest into the next epoch, none more than ``max_carry`` behind; ``"pad"``: all go on to the most, a rank
+  out of data yielding empty batches of ``weight`` 0), so ranks stepping together do not hang at the end of an
+  epoch; ``equal_steps=None`` turns it off.
 * Workers: a rank's minibatches are numbered 0, 1, 2, ...; loader worker ``w`` of ``W`` produces those
   with number ``k % W == w`` and skips the others without reading them. The loader hands batches out
   round-robin, so the stream a rank sees is the same for every ``num_workers``.
@@ -46,7 +47,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from . import layouts, shm, torch_transport
-from .equal_steps import EqualSteps, RankStream, SharedCarry, check_rule
+from .equal_steps import MAX_CARRY, EqualSteps, RankStream, SharedCarry, check_max_carry, check_rule
 from .errors import ConfigError
 from .minibatch import Minibatch, MinibatchData
 from .shared_chunks import ChunkExchange
@@ -467,6 +468,8 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
         equal_steps: ``"carry"`` or ``"pad"``: every rank yields the same number of minibatches per epoch by that
             rule (:mod:`cntkio.equal_steps`); None: each rank reads its partition to its end; ``"auto"``: ``"carry"``
             when the ranks come from ``torch.distributed`` with more than one and the source has epochs.
+        max_carry: under ``"carry"``, the most minibatches a rank may leave for the next epoch (a rank short of the
+            steps then takes padding steps of ``weight`` 0; see the README for a loss that padding keeps finite).
     """
 
     def __init__(
@@ -479,10 +482,12 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
         layout: str | Mapping[str, str] = "auto",
         pad_id: int = 0,
         equal_steps: str | None = "auto",
+        max_carry: int = MAX_CARRY,
     ):
         super().__init__()
         if equal_steps not in (None, "auto"):
             check_rule(equal_steps)
+        self.max_carry = check_max_carry(max_carry)
         layouts = [layout] if isinstance(layout, str) else list(layout.values())
         for name in layouts:
             if name not in LAYOUTS:
@@ -623,36 +628,22 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
         if source.is_infinite():
             raise ValueError(f"equal_steps={rule!r} needs epochs: set max_samples or max_sweeps on the source")
         planner = self._planner
-        if planner is None or (planner.rule, planner.minibatch_size, planner.partitions) != (
-            rule, self.minibatch_size, partitions
+        if planner is None or (planner.rule, planner.minibatch_size, planner.partitions, planner.max_carry) != (
+            rule, self.minibatch_size, partitions, self.max_carry if rule == "carry" else 0
         ):
-            planner = self._planner = EqualSteps(rule, self.minibatch_size, partitions, self._carry)
+            planner = self._planner = EqualSteps(rule, self.minibatch_size, partitions, self._carry, self.max_carry)
         return planner
 
     def _rank_stream(
         self, planner: EqualSteps, source: MinibatchSource, epoch: int, rank: int, resume: dict[str, Any] | None
     ) -> RankStream:
         """This rank's stream of ``epoch`` under the equal-steps plan, positioned at its first minibatch, or where
-        ``resume`` was taken (a state of this partitioning carries its epoch's plan; a merged state starts a plan of
-        its own)."""
+        ``resume`` was taken (:meth:`EqualSteps.stream`: a state of this partitioning carries its epoch's plan; a
+        merged state starts a plan of its own)."""
         if resume is None:
-            plan = planner.plan(source, epoch)
-            planner.locate(source, plan, rank)
-            return RankStream(source, planner, plan, rank)
-        if resume.get("equal_steps") is None:
-            cursor = resume["source"].get("cursor") if isinstance(resume["source"], Mapping) else None
-            if int(resume.get("minibatch_index", 0)) or (isinstance(cursor, Mapping) and cursor.get("partitioning")):
-                raise ConfigError(
-                    "checkpoint: a rank's own state without an equal-steps plan (taken with equal_steps=None): the "
-                    "ranks' positions differ, so they cannot agree on their steps; resume from the merged state "
-                    "of every rank (gather_state / merge_states), or with equal_steps=None"
-                )
-            plan = planner.plan_from(source, resume["source"], epoch)
-            planner.locate(source, plan, rank)
-            return RankStream(source, planner, plan, rank)
-        plan = planner.check(source, resume["equal_steps"], epoch)
-        source.restore_from_checkpoint(resume["source"])
-        return RankStream(source, planner, plan, rank, int(resume["minibatch_index"]))
+            return planner.stream(source, epoch, rank)
+        step = int(resume.get("minibatch_index", 0))
+        return planner.stream(source, epoch, rank, resume["source"], resume.get("equal_steps"), step)
 
     def _state(
         self, source: MinibatchSource, stream: RankStream | None, epoch: int, index: int, base: int
