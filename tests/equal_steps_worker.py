@@ -39,7 +39,7 @@ def main() -> None:
     args = parser.parse_args()
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=args.rank, world_size=args.world,
-        timeout=datetime.timedelta(seconds=60),
+        timeout=datetime.timedelta(seconds=300),  # (up to 12 processes on 2 cores)
     )  # fmt: skip
     try:
         rule = None if args.rule == "off" else args.rule
