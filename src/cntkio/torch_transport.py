@@ -294,10 +294,20 @@ def inline(fields: dict[str, Any]) -> tuple[bytes, list[np.ndarray]]:
 
 
 def from_inline(data: bytes, arrays: list[np.ndarray]) -> dict[str, Any]:
-    unpickler = pickle.Unpickler(io.BytesIO(data))
-    unpickler.persistent_load = lambda number: torch.from_numpy(arrays[number])  # type: ignore[method-assign]
-    fields: dict[str, Any] = unpickler.load()
+    fields: dict[str, Any] = _InlineUnpickler(io.BytesIO(data), arrays).load()
     return fields
+
+
+class _InlineUnpickler(pickle.Unpickler):
+    """Reads what :class:`_InlinePickler` wrote, the tensors it named taken from ``arrays`` (a subclass: Python 3.13's
+    unpickler no longer lets an instance's ``persistent_load`` be assigned)."""
+
+    def __init__(self, file: io.BytesIO, arrays: list[np.ndarray]):
+        super().__init__(file)
+        self.arrays = arrays
+
+    def persistent_load(self, pid: Any) -> torch.Tensor:
+        return torch.from_numpy(self.arrays[int(pid)])
 
 
 class _InlinePickler(pickle.Pickler):
