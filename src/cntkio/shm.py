@@ -23,6 +23,8 @@ import stat
 import time
 from pathlib import Path
 
+from .formats.data_file import file_kind
+
 SHM_DIR = Path("/dev/shm")
 PREFIX = "cntkio-"
 
@@ -72,7 +74,7 @@ def private_directory(path: str | Path) -> Path:
         if isinstance(error, FileNotFoundError):  # (removed meanwhile)
             raise
         found = os.lstat(path)
-        raise NotPrivate(f"{path}: {_kind(found.st_mode)} of uid {found.st_uid} ({error.strerror}), not a private "
+        raise NotPrivate(f"{path}: {file_kind(found.st_mode)} of uid {found.st_uid} ({error.strerror}), not a private "
                          f"directory of uid {os.geteuid()}: not trusted") from None  # fmt: skip
     try:
         if made:
@@ -84,10 +86,6 @@ def private_directory(path: str | Path) -> Path:
         raise NotPrivate(f"{path}: a directory of uid {status.st_uid} with mode {stat.S_IMODE(status.st_mode):04o}, "
                          f"not a private directory of uid {os.geteuid()} (mode 0700): not trusted")  # fmt: skip
     return path
-
-
-def _kind(mode: int) -> str:
-    return "a symlink" if stat.S_ISLNK(mode) else "a directory" if stat.S_ISDIR(mode) else "a file"
 
 
 def job_directory(job: str) -> Path:

@@ -70,9 +70,10 @@ def check_open_file(fd: int, path: str, identity: FileIdentity, since: str) -> N
 
 
 def file_kind(mode: int) -> str:
-    """What a file of ``st_mode`` ``mode`` is, for messages: "a FIFO", "a character device", ..."""
+    """What a file of ``st_mode`` ``mode`` (from ``stat`` or ``lstat``) is, for messages: "a FIFO", "a symlink", ..."""
     return (
         "a regular file" if stat.S_ISREG(mode)
+        else "a symlink" if stat.S_ISLNK(mode)
         else "a FIFO" if stat.S_ISFIFO(mode)
         else "a character device" if stat.S_ISCHR(mode)
         else "a directory" if stat.S_ISDIR(mode)
