@@ -47,6 +47,12 @@ class TraceLevel(enum.IntEnum):
     Info = 2
 
 
+def _share(total: int, partitions: int, index: int) -> int:
+    """Partition ``index``'s part of ``total`` (a minibatch's samples, BPTT slots) split over ``partitions``: the
+    remainder goes one each to the first partitions."""
+    return total // partitions + (index < total % partitions)
+
+
 def _is_unbounded(value: Any) -> bool:
     return value is None or value == INFINITELY_REPEAT or (isinstance(value, float) and math.isinf(value))
 
@@ -204,7 +210,10 @@ class MinibatchSource:
         self.equal_steps: dict[str, Any] | None = None  # the plan of ranks stepping together (cntkio.equal_steps)
         self._epoch_end = self._compute_epoch_end()
         self._cursor = Cursor(self._corpus, self.randomization)
-        self._identity = json.dumps(self._fingerprint(), sort_keys=True)  # at open (each state gets its own copy)
+        # :meth:`_fingerprint` as JSON, made at open: the data as indexed (each file checked unchanged since), so a
+        # state describes the data the source reads; with warm index caches it costs a few % of the cached open (their
+        # digests are kept in the caches), without them far less than indexing. Each state gets its own copy.
+        self._identity = json.dumps(self._fingerprint(), sort_keys=True)
         self._cache = ChunkCache(
             self._corpus, threads, self._clock, split=self.memory_budget is None or self.memory_budget.split_chunks
         )
@@ -513,7 +522,7 @@ class MinibatchSource:
                 position += len(block)
         sizes = []
         for index, lengths in enumerate(pieces):
-            budget = max(1, minibatch_size // partitions + (index < minibatch_size % partitions))
+            budget = max(1, _share(minibatch_size, partitions, index))
             units = np.concatenate(lengths or [np.zeros(0, dtype=np.int64)]).astype(np.int64)
             ends = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(units)])
             count = len(ends) - 1
@@ -567,7 +576,7 @@ class MinibatchSource:
         with the budget of its first ``max_sequences``). A read whose units were all skipped as unusable (images that
         do not decode) reads on, so a minibatch is never empty; an endless source giving a whole sweep of unusable
         units is an error."""
-        budget = max(1, minibatch_size // partitions + (index < minibatch_size % partitions))
+        budget = max(1, _share(minibatch_size, partitions, index))
         versioned = self._corpus.sweep_dependent  # then a read spans at most the sweeps whose chunks are held
         held_sweeps = SWEEP_VERSIONS if versioned else None
         skipped, sweep_ended = 0, False
@@ -611,7 +620,7 @@ class MinibatchSource:
                 f"{partitions} partitions need a minibatch of at least {partitions * length} samples with "
                 f"truncation_length={length}"
             )
-        self._slots.resize(total_slots // partitions + (index < total_slots % partitions))
+        self._slots.resize(_share(total_slots, partitions, index))
         self._cursor.set_partitioning(partitions, index)  # (also when the read takes only pieces carried over)
         self._slots.share(partitions, index)
 
@@ -704,12 +713,6 @@ class MinibatchSource:
             order["truncation_length"] = self.truncation_length
         return {**self._corpus.identity(), "order": order}
 
-    def _identity_json(self) -> str:
-        """:meth:`_fingerprint` as JSON, made at open: the data as indexed (each file checked unchanged since), so a
-        state describes the data the source reads; with warm index caches it costs a few % of the cached open (their
-        digests are kept in the caches), without them far less than indexing."""
-        return self._identity
-
     def get_checkpoint_state(self) -> dict[str, Any]:
         """A small, versioned, JSON-serialisable dict; :meth:`restore_from_checkpoint` continues from it
         exactly (also in a new process, and with another partition count after :meth:`merge_checkpoints`)."""
@@ -717,7 +720,7 @@ class MinibatchSource:
             state: dict[str, Any] = {
                 "version": CHECKPOINT_VERSION,
                 "minibatchSourcePosition": self.position,
-                "fingerprint": json.loads(self._identity_json()),
+                "fingerprint": json.loads(self._identity),
                 "epoch": self._epoch,
                 "cursor": self._cursor.get_state(),
             }
@@ -739,7 +742,7 @@ class MinibatchSource:
                     raise ConfigError(f"checkpoint: minibatchSourcePosition must be an integer >= 0, got {position!r}")
                 self._restore_position(int(position))
                 return
-            checked = validate(state, json.loads(self._identity_json()))
+            checked = validate(state, json.loads(self._identity))
             bptt = checked["bptt_slots"]
             if (bptt is None) == bool(self.truncation_length):
                 raise ConfigError(
