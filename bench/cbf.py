@@ -59,9 +59,9 @@ from typing import Any
 import numpy as np
 
 import cntkio._native
-import cntkio.convert
+import cntkio._src.formats.cbf_writer as convert
 from cntkio import CBFDeserializer, CTFDeserializer, MinibatchSource, SparseStream, StreamInformation, write_cbf
-from cntkio.user import UserDeserializer
+from cntkio._src.api.user import UserDeserializer
 from core import KINDS, MINIBATCH, SEED, Report, Totals, cpu_seconds, median, relative, stream_defs
 from ctf_parse import _table, kit_dir, load_anchors
 from harness import Job, Rounds, parser, run, run_child
@@ -73,7 +73,7 @@ CONVERT_BAR = 0.70  # CTF -> CBF conversion / CTF raw parse
 USER_BAR = 0.50  # UserDeserializer of precomputed arrays / CBF, file order
 SAME_SUM = 1e-9  # the same float32 values, summed in another order
 CLOSE_SUM = 1e-6  # against the generator's exact decimals
-WRITER = (cntkio.convert.__file__, cntkio._native.__file__)  # a cached CBF older than these is written again
+WRITER = (convert.__file__, cntkio._native.__file__)  # a cached CBF older than these is written again
 
 
 # ------------------------------------------------------------------------------------------- children

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from cntkio import CTFDeserializer, MinibatchSource
-from cntkio.identity import identity_of
+from cntkio._src.formats.identity import identity_of
 from core import stream_defs
 from harness import Job, Rounds, parser, repeated_file, run_child
 

@@ -12,8 +12,8 @@ import os
 import numpy as np
 
 from cntkio import CTFDeserializer, MinibatchSource, StreamDef, StreamDefs
-from cntkio.deserializer import DenseStream
-from cntkio.streams import Record
+from cntkio._src.common.streams import Record
+from cntkio._src.formats.protocol import DenseStream
 
 MINIBATCH_SIZE = 1024
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from cntkio import CTFDeserializer, MinibatchSource, StreamDef, StreamDefs
-from cntkio.equal_steps import MAX_CARRY, EqualSteps
+from cntkio._src.integrations.equal_steps import MAX_CARRY, EqualSteps
 
 ATIS = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "atis" / "atis.train.ctf"
 KNOWN_STREAMS = {"atis": {"S0": 943, "S1": 26, "S2": 129}, "seq": {"S0": 10000, "S1": 10000}}  # all sparse
@@ -33,7 +33,7 @@ def open_source(path: Path, chunk_kib: int) -> MinibatchSource:
     if known is not None:
         streams = StreamDefs(**{n: StreamDef(field=n, shape=d, is_sparse=True) for n, d in known.items()})
     else:
-        from cntkio.infer import infer_streams
+        from cntkio._src.formats.ctf_infer import infer_streams
 
         streams = infer_streams(str(path))
     options: dict[str, Any] = {"chunk_size_in_bytes": chunk_kib << 10} if chunk_kib else {}

@@ -318,7 +318,7 @@ def child_stages(spec: dict[str, Any]) -> dict[str, Any]:
     whole source."""
     import cv2
 
-    from cntkio.formats.image_pipeline import ImagePipeline, RandomDraws, key_hash
+    from cntkio._src.formats.image_pipeline import ImagePipeline, RandomDraws, key_hash
 
     cv2.setNumThreads(1)
     paths, _ = read_map(spec["stage_map"])

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from cntkio import CTFDeserializer
-from cntkio.system import parsing_with
+from cntkio._src.common.system import parsing_with
 from core import Report, cpu_seconds, stream_defs
 from ctf_parse import _table
 from harness import Job, Rounds, parser, run_child

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from cntkio import CTFDeserializer, Deserializer, MinibatchSource, StreamDef, StreamDefs
-from cntkio.deserializer import ChunkIndex, SequenceIndex, StreamData
-from cntkio.streams import StreamInformation
+from cntkio._src.common.streams import StreamInformation
+from cntkio._src.formats.protocol import ChunkIndex, SequenceIndex, StreamData
 
 # x (dense, 2): [sequence id, step]; y (sparse, 7): two entries per sample that also depend on both.
 STREAMS = StreamDefs(x=StreamDef(field="x", shape=2), y=StreamDef(field="y", shape=7, is_sparse=True))

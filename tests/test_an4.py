@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 
 from cntkio import MinibatchSource, StreamDef, StreamDefs
-from cntkio.formats.htk_features import HTKFeatureDeserializer
-from cntkio.formats.htk_labels import HTKMLFDeserializer
-from cntkio.formats.mlf import read_state_list
-from cntkio.formats.scp import parse_scp
+from cntkio._src.formats.htk_features import HTKFeatureDeserializer
+from cntkio._src.formats.htk_labels import HTKMLFDeserializer
+from cntkio._src.formats.mlf import read_state_list
+from cntkio._src.formats.scp import parse_scp
 from cntkio.htk import read_header, write_features
 from conformance.corpus import corpus_dir
 from order_helpers import keys_of, read, snapshot

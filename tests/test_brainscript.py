@@ -20,8 +20,8 @@ from cntkio import (
     StreamDefs,
     write_cbf,
 )
+from cntkio._src.config.syntax import parse_config
 from cntkio.brainscript import IGNORED_KEYS, load_config, load_reader, reader_plan, reader_sections
-from cntkio.brainscript.syntax import parse_config
 from cntkio.htk import write_archive, write_mlf, write_scp, write_state_list
 
 DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"

@@ -24,7 +24,7 @@ from cntkio import (
     StreamDefs,
     write_cbf,
 )
-from cntkio.cli import main as cli
+from cntkio._src.cli.main import main as cli
 from conformance.corpus import corpus_dir, corpus_present
 from order_helpers import STREAMS, assert_exactly_once, make_data, read, snapshot
 

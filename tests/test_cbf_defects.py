@@ -25,8 +25,8 @@ from cntkio import (
     UserDeserializer,
     write_cbf,
 )
-from cntkio.cli import main as cli
-from cntkio.keys import KeyColumn
+from cntkio._src.cli.main import main as cli
+from cntkio._src.common.keys import KeyColumn
 
 MAGIC = 0x636E746B5F62696E
 

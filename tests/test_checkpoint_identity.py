@@ -31,9 +31,9 @@ from cntkio import (
     StreamInformation,
     write_cbf,
 )
-from cntkio.formats.htk_features import HTKFeatureDeserializer
+from cntkio._src.formats.htk_features import HTKFeatureDeserializer
+from cntkio._src.formats.identity import LISTED_FILES, RANGE_BYTES, SAMPLED_RANGES, same
 from cntkio.htk import write_archive, write_scp
-from cntkio.identity import LISTED_FILES, RANGE_BYTES, SAMPLED_RANGES, same
 from order_helpers import (
     STREAMS,
     Data,
@@ -585,8 +585,8 @@ def not_digesting(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: Any) -> Any:
         raise AssertionError("the index was digested or the file sampled")
 
-    monkeypatch.setattr("cntkio.identity.array_digest", refuse)
-    monkeypatch.setattr("cntkio.identity._read", refuse)
+    monkeypatch.setattr("cntkio._src.formats.identity.array_digest", refuse)
+    monkeypatch.setattr("cntkio._src.formats.identity._read", refuse)
 
 
 @pytest.mark.parametrize("keys", ["numbers", "texts", "lines"])

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from cntkio import CTFDeserializer, MinibatchSource, StreamDef, write_cbf
-from cntkio.cli import main
-from cntkio.errors import ConfigError
-from cntkio.explain import explain, source_for_file
+from cntkio._src.cli.explain import explain, source_for_file
+from cntkio._src.cli.main import main
+from cntkio._src.common.errors import ConfigError
 
 CHUNK_BYTES = 400
 MINIBATCH = 16

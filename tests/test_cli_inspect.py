@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from cntkio import CTFDeserializer, StreamDef, StreamDefs, write_cbf
-from cntkio.cli import main
-from cntkio.inspect import StreamSpec, inspect_file
+from cntkio._src.cli.inspect_ctf import StreamSpec, inspect_file
+from cntkio._src.cli.main import main
 
 ATIS = Path("/work/shared/datasets/atis/atis.train.ctf")
 CNTK_DATA = Path("/work/shared/conformance/cntk/Data")

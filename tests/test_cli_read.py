@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cntkio.cli import main
+from cntkio._src.cli.main import main
 
 CONFIG = """
 DataDir = $ConfigDir$

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from cntkio import CTFDeserializer, StreamDef, write_cbf
-from cntkio.cli import main
-from cntkio.distributions import IntegerCounts, ValueSample
-from cntkio.inspect import length_summary
+from cntkio._src.cli.inspect_ctf import length_summary
+from cntkio._src.cli.main import main
+from cntkio._src.cli.stats import IntegerCounts, ValueSample
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -114,7 +114,7 @@ def test_png_is_a_png_of_the_figure_size(
     generated: tuple[Path, dict[str, Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     pytest.importorskip("matplotlib")
-    from cntkio.plot import figure_pixels
+    from cntkio._src.cli.plot import figure_pixels
 
     target = tmp_path / "stats.png"
     status, out, err = run(capsys, generated[0], "--plot", target)
@@ -156,7 +156,7 @@ def test_a_missing_matplotlib_is_explained(
     generated: tuple[Path, dict[str, Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
-    monkeypatch.setattr("cntkio.plot.find_spec", lambda name: None)
+    monkeypatch.setattr("cntkio._src.cli.plot.find_spec", lambda name: None)
     status, _, err = run(capsys, generated[0], "--plot", tmp_path / "out.png")
     assert status == 2 and "pip install 'cntkio[plot]'" in err
     assert not (tmp_path / "out.png").exists()

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cntkio.cli import main
+from cntkio._src.cli.main import main
 
 BAD = "0 |a 1 2 |b 1:1\n0 |a 3 .5\n1 |a 4 5 |b 2:1\n1 |a 6 7x\n2 |a 1 1\n"
 

@@ -30,7 +30,7 @@ from cntkio import (
     StreamDefs,
     StreamInformation,
 )
-from cntkio.keys import HashedKeys, NumericKeys, TextKeys, comparable, join_keys
+from cntkio._src.common.keys import HashedKeys, NumericKeys, TextKeys, comparable, join_keys
 from order_helpers import STREAMS, Data, assert_exactly_once, keys_of, make_data, read, snapshot, unit_stream
 
 X_ONLY = StreamDefs(x=StreamDef(field="x", shape=2))

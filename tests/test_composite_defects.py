@@ -27,7 +27,7 @@ from cntkio import (
     StreamDefs,
     StreamInformation,
 )
-from cntkio.keys import HashedKeys
+from cntkio._src.common.keys import HashedKeys
 
 
 class Labels(Deserializer):

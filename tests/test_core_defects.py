@@ -30,8 +30,8 @@ from cntkio import (
     StreamDefs,
     StreamInformation,
     _native,
-    checkpoint,
 )
+from cntkio._src.reading import checkpoint as checkpoint
 from order_helpers import STREAMS, keys_of, make_data, write_ctf
 
 X = StreamDefs(x=StreamDef(field="x", shape=2))
@@ -626,8 +626,8 @@ def test_a_partition_whose_share_of_two_sweeps_was_read_before_a_merge_reads_on(
 
 def test_keys_that_round_up_to_the_end_of_their_range_keep_their_chunk(monkeypatch):
     """start + window * u with u < 1 can round to start + window for large starts; no unit may be lost."""
-    from cntkio import order
-    from cntkio.corpus import Corpus
+    from cntkio._src.corpus.table import Corpus
+    from cntkio._src.order import algorithms as order
 
     real = np.random.default_rng
 

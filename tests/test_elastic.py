@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cntkio import ConfigError, CTFDeserializer, MinibatchSource, StreamDef, StreamDefs
-from cntkio.checkpoint import seal
+from cntkio._src.reading.checkpoint import seal
 from order_helpers import STREAMS, Sources, random_lengths, read, snapshot, write_ctf
 
 CHUNK = 120  # bytes: the 40-sequence files have about 25 chunks

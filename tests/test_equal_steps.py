@@ -379,7 +379,7 @@ def test_an_elastic_resume_under_carry_keeps_exactly_once_across_epochs(data: st
 
 
 def test_explain_shows_what_each_rule_does(data: str) -> None:
-    from cntkio.explain import explain
+    from cntkio._src.cli.explain import explain
 
     with data_helpers.make_source(data) as source:
         plan = explain(source, ranks=3, minibatch_size=MINIBATCH)

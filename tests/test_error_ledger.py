@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cntkio import ConfigError, CTFDeserializer, MaxErrorsExceeded, MinibatchSource, StreamDef, StreamDefs
-from cntkio.error_ledger import RECORDED, SHOWN
+from cntkio._src.formats.error_ledger import RECORDED, SHOWN
 
 AB = StreamDefs(a=StreamDef(field="a", shape=2), b=StreamDef(field="b", shape=5, is_sparse=True))
 
@@ -122,7 +122,7 @@ def test_max_errors_still_stops_at_the_record_past_it_after_a_restore(tmp_path: 
 
 
 def test_a_tampered_ledger_is_refused(tmp_path: Path) -> None:
-    from cntkio.checkpoint import seal
+    from cntkio._src.reading.checkpoint import seal
 
     path = dirty(tmp_path / "d.ctf", 100, {7, 8})
     source = source_over(path, max_sweeps=1)
@@ -208,16 +208,16 @@ def test_restores_anywhere_count_each_bad_record_once(
 def test_counting_builds_no_error_object_beyond_those_shown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Counted errors stay arrays: a sweep over thousands of bad records builds a FormatError (message, key lookup)
     only for the few logged at trace_level 1, none per error counted."""
-    import cntkio.errors
+    import cntkio._src.common.errors as errors
 
     built = []
-    original = cntkio.errors.FormatError.__init__
+    original = errors.FormatError.__init__
 
-    def counting(self: cntkio.errors.FormatError, *args: object, **kwargs: object) -> None:
+    def counting(self: errors.FormatError, *args: object, **kwargs: object) -> None:
         built.append(1)
         original(self, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(cntkio.errors.FormatError, "__init__", counting)
+    monkeypatch.setattr(errors.FormatError, "__init__", counting)
     path = dirty(tmp_path / "d.ctf", 5000, {1, *range(2, 5000, 2)})
     reader = CTFDeserializer(path, AB, max_errors=10_000, chunk_size_in_bytes=4096)
     drain(MinibatchSource(reader, max_sweeps=2))

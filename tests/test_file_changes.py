@@ -31,7 +31,7 @@ from cntkio import (
     StreamDefs,
     write_cbf,
 )
-from cntkio.formats import htk_features
+from cntkio._src.formats import htk_features as htk_features
 from cntkio.htk import ScpEntry, write_archive, write_features, write_scp
 from conftest import numbered_ctf
 
@@ -280,7 +280,7 @@ def test_pickled_readers_refuse_listings_rewritten_with_their_mtime_put_back(tmp
     """SCP, MLF and image map files are read whole when a reader is built, and again by its pickled copy (a
     DataLoader worker): the same file rewritten in place with its size and modification time kept would give the
     copy another index than the original's. Refused, naming the file."""
-    from cntkio.formats.htk_labels import HTKMLFDeserializer
+    from cntkio._src.formats.htk_labels import HTKMLFDeserializer
 
     scp, _ = htk_corpus(tmp_path, 4)
     mlf = tmp_path / "labels.mlf"

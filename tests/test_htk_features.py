@@ -24,7 +24,7 @@ from cntkio import (
     StreamDef,
     StreamDefs,
 )
-from cntkio.formats.htk_features import HTKFeatureDeserializer
+from cntkio._src.formats.htk_features import HTKFeatureDeserializer
 from cntkio.htk import ScpEntry, write_archive, write_features, write_scp
 from order_helpers import assert_exactly_once, keys_of, read, snapshot
 

@@ -8,8 +8,8 @@ import struct
 import numpy as np
 import pytest
 
-from cntkio.errors import FormatError
-from cntkio.formats.scp import parse_scp
+from cntkio._src.common.errors import FormatError
+from cntkio._src.formats.scp import parse_scp
 from cntkio.htk import (
     HTK_KINDS,
     HTK_QUALIFIERS,

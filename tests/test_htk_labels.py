@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from cntkio import CTFDeserializer, MinibatchSource, StreamDef, StreamDefs
-from cntkio.deserializer import SparseStream
-from cntkio.errors import ConfigError, FormatError, MaxErrorsExceeded
-from cntkio.formats.htk_labels import HTKMLFDeserializer
-from cntkio.formats.mlf import parse_mlf, read_state_list
+from cntkio._src.common.errors import ConfigError, FormatError, MaxErrorsExceeded
+from cntkio._src.formats.htk_labels import HTKMLFDeserializer
+from cntkio._src.formats.mlf import parse_mlf, read_state_list
+from cntkio._src.formats.protocol import SparseStream
 from order_helpers import assert_exactly_once, keys_of, read, snapshot, split_sweeps, unit_stream
 from test_mlf import SPEC_EXAMPLE, STATES
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from cntkio import MinibatchSource, StreamDef, StreamDefs
-from cntkio.formats.htk_labels import HTKMLFDeserializer
-from cntkio.formats.mlf import parse_mlf, read_state_list
+from cntkio._src.formats.htk_labels import HTKMLFDeserializer
+from cntkio._src.formats.mlf import parse_mlf, read_state_list
 from cntkio.htk import write_mlf, write_state_list
 from order_helpers import keys_of, read
 

@@ -26,8 +26,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cntkio import _native
-from cntkio.errors import ConfigError, FormatError
-from cntkio.formats.image_map import (
+from cntkio._src.common.errors import ConfigError, FormatError
+from cntkio._src.common.keys import NumericKeys, TextKeys
+from cntkio._src.formats.image_map import (
     Base64Index,
     ImageMap,
     Texts,
@@ -39,7 +40,6 @@ from cntkio.formats.image_map import (
     parse_image_map,
     read_image_bytes,
 )
-from cntkio.keys import NumericKeys, TextKeys
 
 CONFORMANCE = Path(os.environ.get("CNTKIO_CONFORMANCE_DIR", "../shared/conformance/cntk")).resolve()
 DATA = CONFORMANCE / "Data"

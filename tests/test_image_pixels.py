@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from cntkio import _native
 from cntkio import transforms as T
-from cntkio.formats.image_pipeline import ImagePipeline, RandomDraws
+from cntkio._src.formats.image_pipeline import ImagePipeline, RandomDraws
 
 cv2 = pytest.importorskip("cv2")
 

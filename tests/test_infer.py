@@ -9,7 +9,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cntkio.infer import MAX_ALIAS_BYTES, MAX_SPARSE_DIM, InferredStream, infer_streams
+from cntkio._src.formats.ctf_infer import MAX_ALIAS_BYTES, MAX_SPARSE_DIM, InferredStream, infer_streams
 
 _TOKEN = re.compile(rb"[^\x00-\x20]+")
 

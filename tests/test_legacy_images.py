@@ -14,7 +14,7 @@ cv2 = pytest.importorskip("cv2")
 import cntkio.io as C  # noqa: E402
 import cntkio.io.transforms as xforms  # noqa: E402
 from cntkio import ConfigError  # noqa: E402
-from cntkio.legacy import ImageStreamMapping  # noqa: E402
+from cntkio._src.compat.legacy import ImageStreamMapping  # noqa: E402
 
 COUNT, CLASSES = 3, 4
 

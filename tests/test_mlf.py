@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from cntkio import _native
-from cntkio.errors import ConfigError, FormatError, MaxErrorsExceeded
-from cntkio.formats.mlf import MAX_REPORTED_KEYS, MlfIndex, parse_mlf, read_mlf_file_list, read_state_list
+from cntkio._src.common.errors import ConfigError, FormatError, MaxErrorsExceeded
+from cntkio._src.formats.mlf import MAX_REPORTED_KEYS, MlfIndex, parse_mlf, read_mlf_file_list, read_state_list
 
 STATES = ["s1", "s2", "sil", "a", "b"]
 

@@ -19,10 +19,10 @@ from typing import TypeVar
 import numpy as np
 import pytest
 
-from cntkio.errors import FormatError
-from cntkio.formats.image_map import parse_image_map
-from cntkio.formats.mlf import read_state_list
-from cntkio.formats.scp import parse_scp
+from cntkio._src.common.errors import FormatError
+from cntkio._src.formats.image_map import parse_image_map
+from cntkio._src.formats.mlf import read_state_list
+from cntkio._src.formats.scp import parse_scp
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo") or not os.path.exists("/dev/zero"), reason="POSIX")
 T = TypeVar("T")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from cntkio import CTFDeserializer, MinibatchSource, StreamDef, StreamDefs, _native
-from cntkio.system import parsing_with
+from cntkio._src.common.system import parsing_with
 
 STREAMS = StreamDefs(x=StreamDef(field="x", shape=3), y=StreamDef(field="y", shape=50, is_sparse=True))
 

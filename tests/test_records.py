@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cntkio import FormatError, MaxErrorsExceeded, MinibatchSource, StreamDef, StreamDefs, _native
-from cntkio.errors import ConfigError
-from cntkio.formats import records as records_module
-from cntkio.formats.records import RecordDeserializer
+from cntkio._src.common.errors import ConfigError
+from cntkio._src.formats import records as records_module
+from cntkio._src.formats.records import RecordDeserializer
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 X3 = StreamDefs(x=StreamDef(shape=3))

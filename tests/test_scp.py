@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cntkio import _native
-from cntkio.errors import FormatError
-from cntkio.formats.scp import parse_scp
-from cntkio.keys import TextKeys
+from cntkio._src.common.errors import FormatError
+from cntkio._src.common.keys import TextKeys
+from cntkio._src.formats.scp import parse_scp
 
 
 def write(path: Path, data: str | bytes) -> Path:

@@ -21,7 +21,7 @@ from cntkio import (
     StreamDefs,
     write_cbf,
 )
-from cntkio.formats.shards import ShardedDeserializer
+from cntkio._src.formats.shards import ShardedDeserializer
 
 STREAMS = StreamDefs(x=StreamDef(field="x", shape=2), y=StreamDef(field="y", shape=4, is_sparse=True))
 

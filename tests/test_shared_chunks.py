@@ -12,9 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from cntkio import DenseStream, SparseStream, shm
-from cntkio.deserializer import ParsedChunk
-from cntkio.shared_chunks import ChunkExchange
+from cntkio import DenseStream, SparseStream
+from cntkio._src.formats.protocol import ParsedChunk
+from cntkio._src.integrations import shm
+from cntkio._src.integrations.shared_chunks import ChunkExchange
 
 pytestmark = pytest.mark.skipif(not shm.available(), reason="needs /dev/shm")
 

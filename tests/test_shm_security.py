@@ -28,10 +28,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
-from cntkio import DenseStream, shm
-from cntkio.deserializer import ChunkIndex, Deserializer, ParsedChunk, StreamInformation
-from cntkio.shared_chunks import ChunkExchange, _publish
-from cntkio.source import MinibatchSource
+from cntkio import DenseStream
+from cntkio._src.api.source import MinibatchSource
+from cntkio._src.formats.protocol import ChunkIndex, Deserializer, ParsedChunk, StreamInformation
+from cntkio._src.integrations import shm
+from cntkio._src.integrations.shared_chunks import ChunkExchange, _publish
 from cntkio.torch import MinibatchDataset
 
 NOBODY = 65534

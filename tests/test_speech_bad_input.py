@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from cntkio import FormatError, MaxErrorsExceeded, MinibatchSource, StreamDef, StreamDefs
-from cntkio.formats.htk_features import HTKFeatureDeserializer
-from cntkio.formats.htk_labels import HTKMLFDeserializer
+from cntkio._src.formats.htk_features import HTKFeatureDeserializer
+from cntkio._src.formats.htk_labels import HTKMLFDeserializer
 from cntkio.htk import write_archive, write_features, write_mlf, write_state_list
 
 DIM = 3

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from cntkio import ConfigError, FormatError, MinibatchSource, StreamDef, StreamDefs
-from cntkio.formats.htk_features import FILES_PER_READ, HTKFeatureDeserializer
-from cntkio.formats.htk_labels import HTKMLFDeserializer
-from cntkio.formats.mlf import read_state_list
-from cntkio.formats.scp import parse_scp
+from cntkio._src.formats.htk_features import FILES_PER_READ, HTKFeatureDeserializer
+from cntkio._src.formats.htk_labels import HTKMLFDeserializer
+from cntkio._src.formats.mlf import read_state_list
+from cntkio._src.formats.scp import parse_scp
 from cntkio.htk import write_archive, write_mlf, write_scp
 
 DIM = 2

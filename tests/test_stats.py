@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cntkio import CTFDeserializer, MinibatchSource, StreamDef, StreamDefs
-from cntkio.stats import STAGES, ReaderStats
+from cntkio._src.reading.stats import STAGES, ReaderStats
 
 STREAMS = StreamDefs(x=StreamDef(field="x", shape=2))
 
@@ -69,7 +69,7 @@ def test_trace_level_2_logs_the_stats_at_each_sweep_end(data: Path, caplog: pyte
 def test_stage_times_after_many_reads_are_estimated_from_a_sample(data: Path) -> None:
     """Past the first reads, the reading thread's stages are timed on one read in STAGE_SAMPLE and scaled: every
     stage still shows time, the time in the reader never exceeds the time elapsed, and the counts stay exact."""
-    from cntkio.stats import STAGE_SAMPLE
+    from cntkio._src.reading.stats import STAGE_SAMPLE
 
     source = MinibatchSource(CTFDeserializer(data, STREAMS), max_sweeps=20, randomization_seed=1)
     reads = 0

@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 
 import cntkio.torch  # noqa: E402
 import torch_dist_worker as worker  # noqa: E402
-from cntkio.torch import MinibatchDataset, TorchMinibatch, _begin_pass, _WorkerPass  # noqa: E402
+from cntkio._src.integrations.torch import MinibatchDataset, TorchMinibatch, _begin_pass, _WorkerPass  # noqa: E402
 
 SEQUENCES = 400
 

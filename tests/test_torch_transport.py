@@ -23,7 +23,7 @@ torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader  # noqa: E402
 
 import torch_dist_worker as worker  # noqa: E402
-from cntkio import shm, torch_transport  # noqa: E402
+from cntkio._src.integrations import shm, torch_transport  # noqa: E402
 from cntkio.torch import MinibatchDataset, loader  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not shm.available(), reason="needs /dev/shm")
@@ -75,7 +75,7 @@ def test_a_worker_with_a_dead_workers_pid_is_served_its_own_batch() -> None:
 REUSED_PID_SCRIPT = r"""
 import os, pickle, secrets, sys
 import torch
-from cntkio import shm, torch_transport
+from cntkio._src.integrations import shm, torch_transport
 
 token = secrets.token_hex(6)  # (this script is PID 1 of its namespace, as another run of it may be)
 job = shm.job_name(os.getpid(), token)
@@ -275,7 +275,7 @@ def test_keys_that_cannot_be_computed_in_a_worker_raise_in_the_main_process(monk
     the batch and the loader waits forever): a failure there becomes an error the main process raises."""
     import pickle
 
-    from cntkio import torch as cntkio_torch
+    from cntkio._src.integrations import torch as cntkio_torch
 
     class Broken:
         def columns(self) -> Any:

@@ -30,8 +30,8 @@ from cntkio import (  # noqa: E402
     StreamDef,
     StreamDefs,
     StreamInformation,
-    shm,
 )
+from cntkio._src.integrations import shm as shm  # noqa: E402
 from cntkio.torch import MinibatchDataset, TorchMinibatch, loader  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not shm.available(), reason="needs /dev/shm")
@@ -239,14 +239,14 @@ def test_spawned_workers_share_too(tmp_path: Path) -> None:
 
 
 def _claim_and_die(job: str) -> None:
-    from cntkio.shared_chunks import ChunkExchange
+    from cntkio._src.integrations.shared_chunks import ChunkExchange
 
     exchange = ChunkExchange(job, 0, 1, 2, "corpus")
     exchange.load((0, 0, 0), lambda: os._exit(3))  # dies while parsing, holding the claim
 
 
 def test_a_worker_dying_while_parsing_does_not_hang_the_others(tmp_path: Path) -> None:
-    from cntkio.shared_chunks import ChunkExchange
+    from cntkio._src.integrations.shared_chunks import ChunkExchange
 
     job = shm.job_name(os.getpid(), "deadclaimant")
     try:

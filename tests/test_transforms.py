@@ -18,7 +18,7 @@ import pytest
 
 from cntkio import ConfigError
 from cntkio import transforms as T
-from cntkio.formats.image_pipeline import ImagePipeline, RandomDraws, crop_window, key_hash
+from cntkio._src.formats.image_pipeline import ImagePipeline, RandomDraws, crop_window, key_hash
 
 cv2 = pytest.importorskip("cv2")
 

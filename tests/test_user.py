@@ -30,7 +30,7 @@ from cntkio import (
     StreamDefs,
     StreamInformation,
 )
-from cntkio.user import MinibatchSourceFromData, UserDataError, UserDeserializer, UserMinibatchSource
+from cntkio._src.api.user import MinibatchSourceFromData, UserDataError, UserDeserializer, UserMinibatchSource
 
 COUNTS = [3, 5, 1, 4, 2, 6]  # sequences of each chunk
 FIRST = np.concatenate([[0], np.cumsum(COUNTS)]).tolist()

@@ -3,29 +3,29 @@
 Drop-in for ``cntk.io``: ``from cntkio import MinibatchSource, CTFDeserializer, StreamDef, StreamDefs``.
 """
 
-from . import transforms  # cntkio.transforms, as cntk.io.transforms
-from .convert import write_cbf
-from .deserializer import ChunkIndex, DenseStream, Deserializer, DeserializerGroup, SparseStream
-from .errors import CNTKIOError, ConfigError, FormatError, Location, MaxErrorsExceeded
-from .formats.cbf import CBFDeserializer
-from .formats.ctf import CTFDeserializer
-from .formats.htk_features import HTKFeatureDeserializer
-from .formats.htk_labels import HTKMLFDeserializer
-from .formats.image import Base64ImageDeserializer, ImageDeserializer
-from .formats.records import RecordDeserializer
-from .join import DeserializerJoin, JoinReport, KeyProblems, LengthMismatch
-from .minibatch import MinibatchData, Value
-from .source import (
+from cntkio import transforms  # cntkio.transforms, as cntk.io.transforms
+from cntkio._src.api.source import (
     DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS,
     FULL_DATA_SWEEP,
     INFINITELY_REPEAT,
     MinibatchSource,
     TraceLevel,
 )
-from .stats import ReaderStats
-from .streams import Record, StreamConfiguration, StreamDef, StreamDefs, StreamInformation
-from .user import MinibatchSourceFromData, UserDataError, UserDeserializer, UserMinibatchSource
-from .writer import sequence_to_cntk_text_format
+from cntkio._src.api.user import MinibatchSourceFromData, UserDataError, UserDeserializer, UserMinibatchSource
+from cntkio._src.assemble.minibatch import MinibatchData, Value
+from cntkio._src.common.errors import CNTKIOError, ConfigError, FormatError, Location, MaxErrorsExceeded
+from cntkio._src.common.streams import Record, StreamConfiguration, StreamDef, StreamDefs, StreamInformation
+from cntkio._src.corpus.join import DeserializerJoin, JoinReport, KeyProblems, LengthMismatch
+from cntkio._src.formats.cbf import CBFDeserializer
+from cntkio._src.formats.cbf_writer import write_cbf
+from cntkio._src.formats.ctf import CTFDeserializer
+from cntkio._src.formats.ctf_writer import sequence_to_cntk_text_format
+from cntkio._src.formats.htk_features import HTKFeatureDeserializer
+from cntkio._src.formats.htk_labels import HTKMLFDeserializer
+from cntkio._src.formats.image import Base64ImageDeserializer, ImageDeserializer
+from cntkio._src.formats.protocol import ChunkIndex, DenseStream, Deserializer, DeserializerGroup, SparseStream
+from cntkio._src.formats.records import RecordDeserializer
+from cntkio._src.reading.stats import ReaderStats
 
 __version__ = "0.1.0"
 

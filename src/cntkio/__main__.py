@@ -1,5 +1,5 @@
-"""``python -m cntkio``: the command line (see :mod:`cntkio.cli`)."""
+"""``python -m cntkio``: the command line (see ``cntkio --help``)."""
 
-from .cli import main
+from cntkio._src.cli.main import main
 
 raise SystemExit(main())

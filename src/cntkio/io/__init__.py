@@ -17,21 +17,13 @@ Example::
 
 from typing import Any, NoReturn
 
-from ..deserializer import Deserializer
-from ..formats.cbf import CBFDeserializer
-from ..formats.ctf import CTFDeserializer
-from ..formats.htk_features import HTKFeatureDeserializer
-from ..formats.htk_labels import HTKMLFDeserializer
-from ..formats.image import Base64ImageDeserializer, ImageDeserializer
-from ..legacy import MAX_UI64
-from ..minibatch import MinibatchData, Value
-from ..sentinels import DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS, FULL_DATA_SWEEP, INFINITELY_REPEAT
-from ..source import MinibatchSource, TraceLevel
-from ..streams import Record, StreamConfiguration, StreamDef, StreamDefs, StreamInformation
-from ..user import MinibatchSourceFromData, UserDeserializer, UserMinibatchSource
-from ..writer import sequence_to_cntk_text_format
-from . import transforms
-from ._legacy_sources import (
+from cntkio._src.api.source import MinibatchSource, TraceLevel
+from cntkio._src.api.user import MinibatchSourceFromData, UserDeserializer, UserMinibatchSource
+from cntkio._src.assemble.minibatch import MinibatchData, Value
+from cntkio._src.common.sentinels import DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS, FULL_DATA_SWEEP, INFINITELY_REPEAT
+from cntkio._src.common.streams import Record, StreamConfiguration, StreamDef, StreamDefs, StreamInformation
+from cntkio._src.compat.legacy import MAX_UI64
+from cntkio._src.compat.legacy_sources import (
     DEFAULT_RANDOMIZATION_WINDOW,
     INFINITE_SAMPLES,
     CNTKTextFormatMinibatchSource,
@@ -40,6 +32,14 @@ from ._legacy_sources import (
     minibatch_source,
     text_format_minibatch_source,
 )
+from cntkio._src.formats.cbf import CBFDeserializer
+from cntkio._src.formats.ctf import CTFDeserializer
+from cntkio._src.formats.ctf_writer import sequence_to_cntk_text_format
+from cntkio._src.formats.htk_features import HTKFeatureDeserializer
+from cntkio._src.formats.htk_labels import HTKMLFDeserializer
+from cntkio._src.formats.image import Base64ImageDeserializer, ImageDeserializer
+from cntkio._src.formats.protocol import Deserializer
+from cntkio.io import transforms
 
 
 def LatticeDeserializer(*args: Any, **kwargs: Any) -> NoReturn:  # CNTK's name

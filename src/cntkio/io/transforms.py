@@ -6,7 +6,19 @@ Example::
     steps = [xforms.crop(crop_type="randomside", side_ratio=0.5), xforms.scale(width=64, height=64, channels=3)]
 """
 
-from ..transforms import Color, Crop, ImageTransform, Intensity, Mean, Scale, color, crop, intensity, mean, scale
+from cntkio._src.formats.image_transforms import (
+    Color,
+    Crop,
+    ImageTransform,
+    Intensity,
+    Mean,
+    Scale,
+    color,
+    crop,
+    intensity,
+    mean,
+    scale,
+)
 
 __all__ = [
     "Color", "Crop", "ImageTransform", "Intensity", "Mean", "Scale", "color", "crop", "intensity", "mean", "scale",

@@ -1,0 +1,1 @@
+"""The ``cntk.io`` face of the core: ``MinibatchSource`` and the user-defined sources."""

@@ -1,0 +1,1 @@
+"""Minibatches out of cached chunks: the native gather, ``MinibatchData`` and its layouts."""

@@ -1,0 +1,110 @@
+"""Minibatch assembly: one native gather per minibatch copies the selected units (sequences, frames or
+BPTT pieces) of every deserializer from the loaded chunks into fresh flat buffers; Python wraps them as
+MinibatchData."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from cntkio._src.assemble.minibatch import Minibatch, MinibatchData, Provenance
+from cntkio._src.common.errors import CNTKIOError
+from cntkio._src.common.keys import shorten
+from cntkio._src.corpus.table import SWEEP_VERSIONS, Corpus, LoadKey
+from cntkio._src.reading.chunk_cache import ChunkCache
+
+logger = logging.getLogger("cntkio")
+
+SEQUENCES, FRAMES, PIECES = 0, 1, 2
+MAX_LOAD_ROUNDS = 3  # the primary's chunks, then the secondaries' (a third round only if one was dropped meanwhile)
+
+
+class Assembler:
+    """Builds minibatches of a corpus from its chunk cache."""
+
+    def __init__(self, corpus: Corpus, cache: ChunkCache):
+        self.corpus = corpus
+        self.cache = cache
+        self.kind = FRAMES if corpus.frame_mode else SEQUENCES
+        self.infos = corpus.streams  # deserializer after deserializer, as the native store gathers them
+        self.store = cache.store
+        self.invalid_units = 0  # units skipped because a counted error left their sequence short
+
+    def minibatch(
+        self,
+        units: np.ndarray,
+        chunks: np.ndarray,
+        end_of_sweep: bool,
+        pieces: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+        num_rows: int = 0,
+        sweeps: np.ndarray | None = None,
+    ) -> Minibatch:
+        """Gathers ``units`` (global ids, with their table chunks). ``pieces`` = (offsets, counts, row of
+        each piece) for truncated BPTT: then every row of the result holds the pieces of one slot. ``sweeps``
+        (each unit's sweep, spanning at most two consecutive sweeps) picks the copies of chunks that vary by
+        sweep."""
+        offsets, counts, kind = (None, None, self.kind) if pieces is None else (pieces[0], pieces[1], PIECES)
+        slots = self.corpus.slots(chunks, sweeps)
+        versions = None if sweeps is None else (sweeps % SWEEP_VERSIONS).astype(np.uint8)
+        for _ in range(MAX_LOAD_ROUNDS):
+            streams, keep, short, missing = self.store.gather(slots, units, offsets, counts, kind, versions)
+            if missing is None:
+                break
+            self.cache.ensure(self._loads(missing, sweeps))  # a chunk first read in this block: load, gather again
+        else:
+            raise CNTKIOError("chunks needed by a minibatch were dropped while it was read")
+        if short is not None:
+            self._raise_short(units, *short)
+        if keep is not None:
+            kept = keep.astype(bool)
+            if not self.invalid_units:  # said once; MinibatchSource.invalid_sequences_skipped keeps the count
+                logger.warning("skipping units of sequences that counted errors left short or unusable")
+            self.invalid_units += int(len(kept) - np.count_nonzero(kept))
+            units = units[kept]
+            if pieces is not None:
+                pieces = (pieces[0][kept], pieces[1][kept], pieces[2][kept])
+        provenance = Provenance(self.corpus, units)
+        result = Minibatch()
+        result.provenance = provenance
+        for info, (values, lengths, indices, indptr) in zip(self.infos, streams):
+            if not info.is_sparse and len(info.shape) != 1:
+                values = values.reshape(len(values), *info.shape)
+            starts = None
+            if pieces is not None:
+                lengths, starts = _rows(lengths, pieces[0], pieces[2], num_rows)
+            data = MinibatchData(info, values, lengths, end_of_sweep, indices=indices, indptr=indptr, starts=starts)
+            data.provenance = provenance
+            data.origin = self.corpus.routing[info.name]
+            result[info] = data
+        return result
+
+    def _loads(self, missing: list[tuple[int, int]], sweeps: np.ndarray | None) -> list[LoadKey]:
+        """The loads of the missing (deserializer, slot) pairs: with the sweep of the units that need them."""
+        if sweeps is None:
+            return [(number, slot, 0) for number, slot in missing]
+        by_parity = {int(sweep) % SWEEP_VERSIONS: int(sweep) for sweep in np.unique(sweeps).tolist()}
+        loads = []
+        for number, slot in missing:
+            versions = self.corpus.versions[number]
+            loads.append((number, slot, by_parity[slot % versions] if versions > 1 else 0))
+        return loads
+
+    def _raise_short(self, units: np.ndarray, unit: int, stream: int, row: int) -> None:
+        info = self.infos[stream]
+        source, key, steps = self.corpus.describe_unit(int(units[unit]), self.corpus.routing[info.name])
+        raise CNTKIOError(
+            f"{source}: input '{info.alias or info.name}' of sequence {shorten(key)} has fewer samples than the "
+            f"sequence's {steps} steps; frame mode and truncated BPTT need a sample of every stream at every step"
+        )
+
+
+def _rows(lengths: np.ndarray, offsets: np.ndarray, rows: np.ndarray, num_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row sample counts of BPTT pieces, and per flat sample whether it starts a sequence."""
+    row_lengths = np.bincount(rows, weights=lengths, minlength=num_rows).astype(np.int64)
+    starts = np.zeros(int(lengths.sum()), dtype=bool)
+    first = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=first[1:])
+    begins = (offsets == 0) & (lengths > 0)
+    starts[first[:-1][begins]] = True
+    return row_lengths, starts

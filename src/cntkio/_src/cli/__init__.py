@@ -1,0 +1,1 @@
+"""The ``cntkio`` command line: one module per command."""

@@ -1,0 +1,161 @@
+"""Stream definitions and descriptions: ``StreamDef``, ``StreamDefs``, ``StreamInformation``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from cntkio._src.common.errors import ConfigError
+
+MAX_SAMPLE_VALUES = 2**31 - 1  # values (dense) or dimension (sparse) of one sample
+
+
+class Record(dict):  # type: ignore[type-arg]
+    """A dict whose items are also attributes (``streams.features``), like ``cntk.io``'s Record."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self[name] = value
+
+
+def StreamDefs(**streams: StreamDef) -> Record:
+    """Named stream definitions, in the order given (``StreamDefs(features=StreamDef(...))``)."""
+    return Record(streams)
+
+
+@dataclass
+class StreamDef:
+    """How to read one stream. For CTF ``field`` is the alias after ``|`` and ``shape`` the dimension."""
+
+    field: str | None = None
+    shape: int | tuple[int, ...] | None = None
+    is_sparse: bool = False
+    transforms: list[Any] | None = None
+    context: tuple[int, int] | None = None
+    scp: str | list[str] | None = None
+    mlf: str | list[str] | None = None
+    broadcast: bool | None = None
+    defines_mb_size: bool = False
+    max_sequence_length: int | None = None  # None: no limit (cntk.io's 65535 never reached CNTK's HTK reader)
+
+    def __post_init__(self) -> None:
+        if self.shape is None:
+            return
+        dims = self.shape if isinstance(self.shape, tuple) else (self.shape,)
+        for d in dims:
+            if not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d <= 0:
+                raise ConfigError(f"stream shape must hold positive integers, got {self.shape!r}")
+        if math.prod(int(d) for d in dims) > MAX_SAMPLE_VALUES:
+            raise ConfigError(f"stream shape {self.shape!r} has more than {MAX_SAMPLE_VALUES} values per sample")
+
+    def dim(self) -> int:
+        """The stream's dimension as one integer (CTF, CBF, HTK and MLF streams are 1-D)."""
+        shape = self.shape
+        if isinstance(shape, tuple):
+            if len(shape) != 1:
+                raise ConfigError(f"stream shape must be one integer, got {shape}")
+            shape = shape[0]
+        if not isinstance(shape, (int, np.integer)) or isinstance(shape, bool) or shape <= 0:
+            raise ConfigError(f"stream shape must be a positive integer, got {self.shape!r}")
+        return int(shape)
+
+
+@dataclass(frozen=True, eq=False)
+class StreamInformation:
+    """Description of one output stream (hashable by identity, usable as a minibatch dict key)."""
+
+    name: str
+    stream_id: int
+    storage_format: str  # "dense" or "sparse"
+    dtype: np.dtype[Any]
+    shape: tuple[int, ...]
+    defines_mb_size: bool = False
+    alias: str = field(default="", compare=False)
+
+    @property
+    def is_sparse(self) -> bool:
+        return self.storage_format == "sparse"
+
+    @property
+    def m_name(self) -> str:
+        return self.name
+
+    @property
+    def m_id(self) -> int:
+        return self.stream_id
+
+    @property
+    def m_storage_format(self) -> str:
+        return self.storage_format
+
+    @property
+    def m_element_type(self) -> np.dtype[Any]:
+        return self.dtype
+
+    @property
+    def m_sample_layout(self) -> tuple[int, ...]:
+        return tuple(reversed(self.shape))
+
+    @property
+    def m_definesMbSize(self) -> bool:
+        return self.defines_mb_size
+
+    def __post_init__(self) -> None:
+        """Accepts what ``cntk.io`` code passes: a NumPy type for ``dtype`` and an integer ``shape``."""
+        object.__setattr__(self, "dtype", np.dtype(self.dtype))
+        shape = (self.shape,) if isinstance(self.shape, (int, np.integer)) else self.shape
+        object.__setattr__(self, "shape", tuple(int(d) for d in shape))
+
+    def __repr__(self) -> str:
+        return f"StreamInformation({self.name!r}, {self.storage_format}, shape={self.shape}, dtype={self.dtype})"
+
+
+@dataclass(frozen=True)
+class StreamConfiguration:
+    """Legacy stream description of ``cntk.io`` (CTF): name, dimension, sparsity, alias."""
+
+    name: str
+    dim: int
+    is_sparse: bool = False
+    stream_alias: str = ""
+    defines_mb_size: bool = False
+
+    def to_stream_def(self) -> StreamDef:
+        return StreamDef(
+            field=self.stream_alias or self.name,
+            shape=self.dim,
+            is_sparse=self.is_sparse,
+            defines_mb_size=self.defines_mb_size,
+        )
+
+
+def parse_precision(precision: str) -> np.dtype[Any]:
+    """The value type of ``precision``: ``'float'`` (float32) or ``'double'`` (float64), any case."""
+    normalized = str(precision).lower()
+    if normalized in ("float", "float32"):
+        return np.dtype(np.float32)
+    if normalized in ("double", "float64"):
+        return np.dtype(np.float64)
+    raise ConfigError(f"precision must be 'float' or 'double', got {precision!r}")
+
+
+def iter_stream_defs(streams: Any) -> Iterator[tuple[str, StreamDef]]:
+    """Yields (name, StreamDef) from a StreamDefs record, a mapping of names to StreamDef, or a list of
+    legacy StreamConfiguration."""
+    if isinstance(streams, (list, tuple)) and all(isinstance(s, StreamConfiguration) for s in streams):
+        streams = {s.name: s.to_stream_def() for s in streams}
+    if not hasattr(streams, "items"):
+        raise ConfigError("streams must be StreamDefs(name=StreamDef(...), ...) or a dict of StreamDef")
+    for name, definition in streams.items():
+        if not isinstance(definition, StreamDef):
+            raise ConfigError(f"stream '{name}' must be a StreamDef, got {type(definition).__name__}")
+        yield str(name), definition

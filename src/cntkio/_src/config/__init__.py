@@ -1,0 +1,1 @@
+"""BrainScript reader sections: syntax, keys, and the readers they build."""

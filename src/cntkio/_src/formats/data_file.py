@@ -1,0 +1,262 @@
+"""A data file a deserializer keeps open and reads by offset (``pread``), checked for in-place changes; and
+:class:`FileIdentity`, what every file-backed format (and the index cache) compares to tell a file's bytes
+from what they were when it was indexed."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, TypeVar
+
+from cntkio._src.common.errors import FormatError, Location
+
+T = TypeVar("T")
+
+
+class FileIdentity(NamedTuple):
+    """What tells a file's bytes apart from what they were: device, inode, size, modification time and change
+    time (ctime), in nanoseconds, from one ``stat``.
+
+    The modification time alone does not: anyone can put it back (``os.utime``, ``touch -d``, ``rsync
+    --inplace -t``) after rewriting the file with the same size. The change time is set by the kernel on every
+    write (and chmod, chown, rename or link) and cannot be set back; the inode changes when the file is replaced
+    or copied. So, as git's index does, a file is taken as unchanged only when all of them are: a copy or a
+    restored file counts as changed (its index is built again once), never the other way round. (Times have the
+    filesystem's granularity: where it is coarse, a rewrite within the clock tick of the change just before the
+    file was opened leaves no trace — git's "racy" case; kernels with multigrain timestamps, 6.13+, leave none.)
+    """
+
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+    @classmethod
+    def of(cls, info: os.stat_result) -> FileIdentity:
+        return cls(info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+    def changes(self, now: FileIdentity) -> list[str]:
+        """What differs in ``now`` (empty when nothing does), in words, for error messages."""
+        found = []
+        if (now.device, now.inode) != (self.device, self.inode):
+            found.append(f"another file (inode {self.inode} -> {now.inode}: replaced, copied or restored)")
+        if now.size != self.size:
+            found.append(f"size {self.size} -> {now.size} bytes")
+        if now.mtime_ns != self.mtime_ns:
+            found.append("a new modification time")
+        if now.ctime_ns != self.ctime_ns:
+            found.append(
+                "a new change time (ctime)" if len(found) > 0 else
+                "a new change time (ctime) with the same size and modification time: rewritten in place with the "
+                "modification time put back, or its permissions, owner or name changed"
+            )  # fmt: skip
+        return found
+
+
+def check_open_file(fd: int, path: str, identity: FileIdentity, since: str) -> None:
+    """Raises a :class:`FormatError` naming ``path`` and what changed when the file open as ``fd`` is no longer
+    as ``identity`` says (one ``fstat``); see :meth:`DataFile.check_unchanged`."""
+    info = os.fstat(fd)
+    now = FileIdentity.of(info)
+    if now == identity or (info.st_nlink == 0 and now[:4] == identity[:4]):
+        return
+    raise FormatError(
+        f"the file changed since it was {since} ({'; '.join(identity.changes(now))}); reopen it to read the new "
+        "contents",
+        Location(path, min(info.st_size, identity.size)),
+    )
+
+
+def file_kind(mode: int) -> str:
+    """What a file of ``st_mode`` ``mode`` (from ``stat`` or ``lstat``) is, for messages: "a FIFO", "a symlink", ..."""
+    return (
+        "a regular file" if stat.S_ISREG(mode)
+        else "a symlink" if stat.S_ISLNK(mode)
+        else "a FIFO" if stat.S_ISFIFO(mode)
+        else "a character device" if stat.S_ISCHR(mode)
+        else "a directory" if stat.S_ISDIR(mode)
+        else "a socket" if stat.S_ISSOCK(mode)
+        else "a block device" if stat.S_ISBLK(mode)
+        else "not a regular file"
+    )  # fmt: skip
+
+
+def require_regular_file(path: str, what: str, location: Location | None = None, *, pipe: bool = False) -> None:
+    """Refuses ``path`` unless it is a regular file (or, with ``pipe``, a pipe: a listing given as ``<(...)`` is read
+    once), from one ``stat`` before it is opened: opening a FIFO waits for a writer, and a device such as
+    ``/dev/zero`` never ends. A :class:`FormatError` names ``what`` and ``path`` at ``location`` (where the data
+    named it), or at the file itself; a path that cannot be stat'ed is left to the open that follows."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return
+    if stat.S_ISREG(mode) or (pipe and stat.S_ISFIFO(mode)):
+        return
+    raise FormatError(
+        f"{what} {path!r} is {file_kind(mode)}, not a regular file{' or a pipe' if pipe else ''}",
+        location or Location(path, 0),
+    )
+
+
+class DataFile:
+    """An open regular file: ``fd``, ``size`` and its :class:`FileIdentity` when it was opened (``identity``).
+
+    FIFOs, devices and directories are refused (data is read by offset); an empty file is an error unless
+    ``allow_empty``. A file replaced or deleted while open keeps being read as it was (the open file still holds
+    the indexed bytes); one rewritten in place is detected by :meth:`check_unchanged`, even with its size and
+    modification time kept.
+    """
+
+    def __init__(self, path: str, kind: str, *, allow_empty: bool = False):
+        self.path = path
+        try:
+            # O_NONBLOCK: opening a FIFO must not wait for a writer (it is then refused below)
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
+        except OSError as e:
+            raise FileNotFoundError(f"cannot open {kind} file '{path}': {e.strerror}") from e
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            os.close(fd)
+            what = file_kind(info.st_mode)
+            raise FormatError(f"input is {what}, not a regular file; {kind} is read by offset", Location(path, 0))
+        if info.st_size == 0 and not allow_empty:
+            os.close(fd)
+            raise FormatError("input file is empty", Location(path, 0, 1, 1))
+        self.fd = fd
+        self.size = info.st_size
+        self.identity = FileIdentity.of(info)
+
+    def require_open(self) -> None:
+        """Raises ``ValueError`` once the file is closed (before a read, which would otherwise fail on a bad fd)."""
+        if self.fd < 0:
+            raise ValueError(f"{self.path}: the deserializer is closed")
+
+    def check_unchanged(self, since: str) -> None:
+        """Raises a :class:`FormatError` naming the file and what changed if it is not as it was opened: its size,
+        modification or change time (one ``fstat``). Called once per chunk read, after the read (a change made
+        before or during it is seen). A file deleted or replaced (renamed over) while open is still read as it
+        was: the change time its unlinking set, with the size and modification time kept, is not a change.
+        """
+        self.require_open()
+        check_open_file(self.fd, self.path, self.identity, since)
+
+    def fingerprint(self) -> list[Any]:
+        """Name, size and modification time: what a pickled deserializer checks on this machine (checkpoints identify
+        the data by content instead: :mod:`cntkio.identity`)."""
+        return [os.path.basename(self.path), self.identity.size, self.identity.mtime_ns]
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+class FileBacked:
+    """For deserializers reading :class:`DataFile` s (``_files``), built from ``_arguments`` (args, kwargs):
+    closing, and pickling as those arguments — the copy reopens (and indexes) the files again and refuses any
+    that changed meanwhile (other data under the same name)."""
+
+    _files: list[DataFile]
+    _arguments: tuple[tuple[Any, ...], dict[str, Any]]
+
+    @property
+    def data_files(self) -> list[DataFile]:
+        return list(getattr(self, "_files", []))
+
+    def close(self) -> None:
+        """Closes the files (reading a chunk afterwards raises)."""
+        for data_file in self.data_files:
+            data_file.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        args, kwargs = self._arguments
+        return (reopen, (type(self), args, kwargs, identities(self.data_files)))
+
+
+def identities(files: list[DataFile]) -> list[FileIdentity]:
+    """The files' identities when they were opened, as :func:`reopen` checks them."""
+    return [f.identity for f in files]
+
+
+def changes_since_pickled(then: FileIdentity, now: FileIdentity) -> list[str]:
+    """What differs between a file as a pickled deserializer had it open (``then``) and as its copy opened it
+    (``now``): everything, change time included, when it is the same file (device and inode); size and
+    modification time when it is another one (a copy where the deserializer was unpickled, say another node's)."""
+    if (now.device, now.inode) != (then.device, then.inode):
+        now = now._replace(device=then.device, inode=then.inode, ctime_ns=then.ctime_ns)
+    return then.changes(now)
+
+
+def reopen(cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any], expected: list[FileIdentity]) -> Any:
+    """Unpickles a file deserializer (one with ``data_files``): opens (and indexes) its files again, refusing
+    any that changed since it was pickled (other data under the same name)."""
+    reader = cls(*args, **kwargs)
+    for file, identity in zip(reader.data_files, expected):
+        changes = changes_since_pickled(FileIdentity(*identity), file.identity)
+        if changes:
+            reader.close()
+            raise FormatError(
+                f"the file changed since the deserializer was pickled ({'; '.join(changes)}); build a new one to "
+                "read the new contents",
+                Location(file.path, 0),
+            )
+    return reader
+
+
+def read_whole(paths: Sequence[str], parse: Callable[[], T]) -> tuple[T, list[FileIdentity | None]]:
+    """``parse()``, which reads the files ``paths`` whole once (SCP, MLF, image map files), with the identity of
+    each regular one (None for a pipe), the same before and after it: a file changed while it was parsed is an
+    error, so the identities are those of what was parsed — what a pickled copy, which parses the files again,
+    compares (:func:`rebuild_unchanged`)."""
+    before = [_regular_identity(path) for path in paths]
+    result = parse()
+    for path, then in zip(paths, before):
+        now = _regular_identity(path)
+        if then is not None and now != then:
+            changes = then.changes(now) if now is not None else ["no longer a regular file"]
+            raise FormatError(f"the file changed while it was read ({'; '.join(changes)})", Location(path, 0))
+    return result, before
+
+
+def _regular_identity(path: str) -> FileIdentity | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return FileIdentity.of(info) if stat.S_ISREG(info.st_mode) else None
+
+
+def rebuild_unchanged(
+    cls: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    fingerprint: list[Any],
+    parsed: list[FileIdentity | None] | None = None,
+) -> Any:
+    """Unpickles a deserializer built from its arguments: builds it again (reading its files), refusing it when
+    its :meth:`fingerprint` differs from the pickled one, or when a file it read whole (its ``parsed_files``:
+    paths and identities, from :func:`read_whole`) is not as the pickled one read it (``parsed``; the change time
+    too for the same file, see :func:`changes_since_pickled`): the files changed meanwhile."""
+    reader = cls(*args, **kwargs)
+    changes: list[str] = []
+    where = reader.source_name
+    if reader.fingerprint() != fingerprint:
+        changes = ["its files' names, sizes or modification times"]
+    for (path, now), then in zip(getattr(reader, "parsed_files", []), parsed or []):
+        if then is not None and now is not None and not changes:
+            changes, where = changes_since_pickled(FileIdentity(*then), now), path
+    if changes:
+        close = getattr(reader, "close", None)
+        if close is not None:
+            close()
+        raise FormatError(
+            f"the data changed since the deserializer was pickled ({'; '.join(changes)}); build a new one to read "
+            "the new contents",
+            Location(where, 0),
+        )
+    return reader

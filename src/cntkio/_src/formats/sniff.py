@@ -1,0 +1,144 @@
+"""Which kind of file is this? The format of a data or config file, from its first bytes and its name.
+
+Only the first :data:`SAMPLE_BYTES` are read. A format cntkio reads is recognised by its content (CBF magic,
+``#!MLF!#``, ``|name`` fields, tab-separated image map columns, SCP entries, reader config keys); the file name
+extension decides only between text formats whose content is ambiguous. Anything else is described (binary data,
+compressed, an image, an HTK feature file, plain text) so that a command can say what the file seems to be.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+from dataclasses import dataclass
+
+from cntkio._src.formats.cbf_writer import MAGIC
+
+SAMPLE_BYTES = 64 * 1024
+
+# formats cntkio reads (what `cntkio inspect --format` takes), and their names
+FORMATS = ("ctf", "cbf", "scp", "mlf", "image-map", "base64-image", "config")
+TITLES = {
+    "ctf": "CTF (CNTK text format)", "cbf": "CBF (CNTK binary format)", "scp": "an SCP list of HTK feature files",
+    "mlf": "an HTK master label file (MLF)", "image-map": "an image map file", "base64-image": "a Base64 image file",
+    "config": "a BrainScript config",
+}  # fmt: skip
+
+CBF_MAGIC = struct.pack("<Q", MAGIC)  # b"nib_ktnc"
+MLF_HEADER = b"#!MLF!#"
+_MAGICS = {
+    b"\x1f\x8b": "gzip-compressed data (decompress it first)",
+    b"PK\x03\x04": "a zip archive (image map files may name images inside one as archive.zip@/path.jpg)",
+    b"BZh": "bzip2-compressed data (decompress it first)",
+    b"\xfd7zXZ\x00": "xz-compressed data (decompress it first)",
+    b"\x28\xb5\x2f\xfd": "zstd-compressed data (decompress it first)",
+    b"\xff\xd8\xff": "a JPEG image (list images in an image map file: path<TAB>label)",
+    b"\x89PNG": "a PNG image (list images in an image map file: path<TAB>label)",
+    b"\x93NUMPY": "a NumPy .npy array (MinibatchSourceFromData reads arrays)",
+}
+_CONFIG_EXTENSIONS = (".cntk", ".bs", ".config")
+_HTK_EXTENSIONS = (".mfc", ".fbank", ".plp", ".htk", ".ark", ".fea", ".feat")
+_IMAGE_EXTENSIONS = (b".jpg", b".jpeg", b".png", b".bmp", b".gif", b".tif", b".tiff", b".webp", b".ppm", b".pgm")
+_CTF_FIELD = re.compile(rb"\|(#|[^\s|]+)")
+_CTF_NAME = re.compile(rb"\|([^\s|#][^\s|]*)")
+_CONFIG = re.compile(rb"(?im)^\s*(reader|readerType|deserializers|command|precision)\s*=")
+_SCP_LINE = re.compile(rb"^[^\s=]+=\S+$|^\S+\.(mfc|fbank|plp|htk|fea|feat)$", re.IGNORECASE)
+_BASE64 = re.compile(rb"^[A-Za-z0-9+/]{16,}={0,2}$")
+_INTEGER = re.compile(rb"^\s*\+?\d+\s*$")
+
+
+@dataclass(frozen=True)
+class Detection:
+    """What a file seems to be: ``format`` is one of :data:`FORMATS` when cntkio reads it, else ``None``;
+    ``reason`` says what gave it away (or, without a format, what the file seems to be)."""
+
+    format: str | None
+    reason: str
+
+    def __str__(self) -> str:
+        return self.reason if self.format is None else f"{TITLES[self.format]} ({self.reason})"
+
+
+def detect(path: str | os.PathLike[str]) -> Detection:
+    """Reads the start of the file and tells its format (``OSError`` when it cannot be read)."""
+    with open(path, "rb") as f:
+        sample = f.read(SAMPLE_BYTES)
+    return detect_bytes(sample, os.fspath(path))
+
+
+def detect_bytes(sample: bytes, name: str = "") -> Detection:
+    """The format of a file starting with ``sample`` (its first bytes) and named ``name``."""
+    extension = os.path.splitext(name)[1].lower()
+    if not sample:
+        return Detection("ctf" if extension not in _CONFIG_EXTENSIONS else "config", "the file is empty")
+    if sample.startswith(CBF_MAGIC):
+        return Detection("cbf", "it starts with the magic 'nib_ktnc'")
+    if sample.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return Detection("ctf", "UTF-16 text (the CTF reader reads UTF-8 only)")
+    for magic, what in _MAGICS.items():
+        if sample.startswith(magic):
+            return Detection(None, what)
+    if extension in _HTK_EXTENSIONS or _looks_like_htk(sample):
+        return Detection(None, "an HTK feature file (inspect the SCP file that lists it: name=path[start,end])")
+    text = sample.removeprefix(b"\xef\xbb\xbf")
+    if b"\x00" in text or _control_bytes(text) > 0.05 * len(text) or not _utf8(text):
+        return Detection(None, "binary data (NUL or control bytes, or not UTF-8)")
+    lines = [line for line in text.split(b"\n")[:-1] or [text] if line.strip()]
+    if not lines:
+        return Detection("ctf", "only blank lines")
+    if lines[0].strip() == MLF_HEADER or MLF_HEADER in text[:200]:
+        return Detection("mlf", "it starts with '#!MLF!#'")
+    if extension in _CONFIG_EXTENSIONS or len(_CONFIG.findall(text)) >= 2:
+        return Detection("config", "its name, or reader/readerType/deserializers keys")
+    with_fields = sum(1 for line in lines if _CTF_FIELD.search(line))
+    names = {m.group(1) for line in lines for m in _CTF_NAME.finditer(line)}
+    good_names = sum(1 for n in names if any(c.isalnum() for c in n.decode("utf-8", "replace")))
+    if with_fields >= 0.5 * len(lines) and names and good_names >= 0.5 * len(names):
+        return Detection("ctf", f"{with_fields:,} of the first {len(lines):,} lines have '|name' fields")
+    columns = [line.rstrip(b"\r").split(b"\t") for line in lines]
+    if all(len(c) in (2, 3) for c in columns):
+        if all(_BASE64.match(c[-1]) and _INTEGER.match(c[-2]) for c in columns):
+            return Detection("base64-image", "lines of [key<TAB>]label<TAB>base64")
+        if all(_INTEGER.match(c[-1]) for c in columns):
+            images = any(c[-2].lower().endswith(_IMAGE_EXTENSIONS) or b"@" in c[-2] for c in columns)
+            why = "image paths" if images else "paths"
+            return Detection("image-map", f"lines of [key<TAB>]path<TAB>label ({why})")
+    if sum(1 for line in lines if _SCP_LINE.match(line.strip())) >= 0.9 * len(lines):
+        return Detection("scp", "lines of name=path[start,end]")
+    if extension == ".scp":
+        return Detection("scp", "the file name ends with .scp")
+    bad = f", and its names look wrong ({_names(names)})" if names and with_fields >= 0.5 * len(lines) else ""
+    return Detection(
+        None,
+        f"text, but {len(lines) - with_fields} of its first {len(lines)} non-blank lines have no '|name' field "
+        f"(CTF needs one per sample){bad}",
+    )
+
+
+def _names(names: set[bytes]) -> str:
+    shown = sorted(n.decode("utf-8", "backslashreplace") for n in names)[:3]
+    return ", ".join(f"'{n}'" for n in shown)
+
+
+def _control_bytes(text: bytes) -> int:
+    return sum(text.count(bytes([c])) for c in range(32) if c not in (9, 10, 11, 12, 13))
+
+
+def _utf8(text: bytes) -> bool:
+    try:
+        text.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return e.start >= len(text) - 3  # a character cut by the end of the sample
+    return True
+
+
+def _looks_like_htk(sample: bytes) -> bool:
+    """A 12-byte HTK header (either byte order): a known base kind, plausible counts, and NUL bytes."""
+    if len(sample) < 12:
+        return False
+    for order in "<>":
+        frames, period, size, kind = struct.unpack(order + "iiHh", sample[:12])
+        if frames > 0 and 0 < period <= 10_000_000 and 0 < size <= 65_535 and kind & 0o77 in (6, 7, 9, 11, 12):
+            return b"\x00" in sample[:12]  # text has none; a header's small numbers do
+    return False

@@ -1,0 +1,1 @@
+"""Frameworks and worker processes: PyTorch, JAX, Ray, equal steps per rank, shared-memory transport."""

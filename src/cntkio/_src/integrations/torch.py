@@ -1,0 +1,785 @@
+"""PyTorch integration: an ``IterableDataset`` of minibatches with exactly-once reading and exact resume.
+
+Use it with ``DataLoader(dataset, batch_size=None, num_workers=...)`` — or :func:`loader`, which builds that
+``DataLoader``; minibatching is done by cntkio (a ``DataLoader`` left at ``batch_size=1`` works too; a larger batch
+size is refused with an explanation).
+
+* Epochs: each new pass over a finite dataset reads the next epoch (``MinibatchSource.start_epoch``: later,
+  reshuffled sweeps) — a ``DataLoader`` pass one epoch in all its workers, persistent ones too, whatever passes of
+  other loaders or iterations in the main process came before; :meth:`MinibatchDataset.set_epoch` picks the epoch the
+  next pass reads (the ones after it follow on).
+
+* Ranks: each ``torch.distributed`` rank (rank and world size taken from ``torch.distributed`` when it is
+  initialised) reads its own partition of every sweep, so across ranks each sequence is read once.
+* Equal steps (:mod:`cntkio.equal_steps`): with ``torch.distributed`` initialised with more than one rank, every rank
+  yields the same number of minibatches per epoch (``equal_steps="carry"``, the default: all stop at the fewest and
+  carry the rest into the next epoch, none more than ``max_carry`` behind; ``"pad"``: all go on to the most, a rank
+  out of data yielding empty batches of ``weight`` 0), so ranks stepping together do not hang at the end of an
+  epoch; ``equal_steps=None`` turns it off.
+* Workers: a rank's minibatches are numbered 0, 1, 2, ...; loader worker ``w`` of ``W`` produces those
+  with number ``k % W == w`` and skips the others without reading them. The loader hands batches out
+  round-robin, so the stream a rank sees is the same for every ``num_workers``.
+* Resume: every batch carries ``state``, the checkpoint right after it. ``load_state_dict(batch.state)``
+  on a new dataset continues with the next batch under a new ``DataLoader``. ``state_dict()`` and
+  ``load_state_dict()`` also follow the protocol of torchdata's ``StatefulDataLoader`` (per worker).
+  :func:`gather_state` merges the states of all ranks so that a job can resume with another world size.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import multiprocessing
+import os
+import traceback
+import uuid
+import warnings
+import weakref
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from cntkio._src.api.source import MinibatchSource
+from cntkio._src.assemble import layouts
+from cntkio._src.assemble.minibatch import Minibatch, MinibatchData
+from cntkio._src.common.errors import ConfigError
+from cntkio._src.integrations import shm, torch_transport
+from cntkio._src.integrations.equal_steps import (
+    MAX_CARRY,
+    EqualSteps,
+    RankStream,
+    SharedCarry,
+    check_max_carry,
+    check_rule,
+)
+from cntkio._src.integrations.shared_chunks import ChunkExchange
+from cntkio._src.integrations.workers import worker_of
+
+# Sparse CSR batches cross from loader workers to the main process, where torch rebuilds them: say once, explicitly,
+# that their invariants are not checked (they hold by construction), and keep torch's "beta" note out of the log.
+torch.sparse.check_sparse_tensor_invariants.disable()
+warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
+
+
+@dataclass
+class TorchMinibatch:
+    """One minibatch as tensors, each stream in the layout asked for (see :data:`LAYOUTS`).
+
+    ``tensors[name]`` is the stream; ``lengths[name]`` holds the samples of each sequence; ``masks[name]`` (padded
+    layouts) is ``[batch, max_len]`` bool, True on real samples; ``offsets[name]`` (``"token_offsets"``) the first
+    id of each sequence. By default (``"auto"``) dense streams are ``[batch, *shape]`` when every sequence has one
+    sample (zero-copy from NumPy), otherwise padded ``[batch, max_len, *shape]``, and sparse streams are CSR tensors
+    with one row per sample. ``keys`` (the provenance of each sequence) is computed when first asked for, or when
+    the batch leaves a loader worker process. ``weight`` is 0 on the empty batches that pad a rank's epoch to the
+    steps of the others (``equal_steps="pad"``; one zero sample in layouts that cannot be empty), else 1.
+    """
+
+    tensors: dict[str, Any]
+    lengths: dict[str, torch.Tensor]
+    provenance: Any = field(repr=False)
+    state: dict[str, Any] = field(default_factory=dict)
+    end_of_sweep: bool = False
+    index: int = 0
+    masks: dict[str, torch.Tensor] = field(default_factory=dict)
+    offsets: dict[str, torch.Tensor] = field(default_factory=dict)
+    weight: float = 1.0
+
+    @property
+    def keys(self) -> list[Any]:
+        return list(self.provenance.keys)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = {**self.__dict__, "provenance": _Keys.of(self.provenance)}
+        state.pop("_transport", None)
+        return state
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if get_worker_info() is None:
+            return _minibatch_from_state, (self.__getstate__(),)
+        # Leaving a loader worker, from torch's queue feeder thread, where an exception would drop the batch (and the
+        # loader would wait for it forever): through a shared-memory slot, else inline; anything else raises in the
+        # main process (see cntkio.torch_transport). The keys are computed here too (__getstate__).
+        try:
+            state = self.__getstate__()
+            transport = self.__dict__.get("_transport")
+            wire = transport.pack(state, ("tensors", "lengths", "masks", "offsets")) if transport is not None else None
+            if wire is not None:
+                return _unpacked_minibatch, (wire,)
+            return _inline_minibatch, torch_transport.inline(state)
+        except Exception:
+            return torch_transport.failed, (traceback.format_exc(),)
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self.tensors[name]
+
+    def pin_memory(self) -> TorchMinibatch:
+        self.tensors = {name: _pinned(value) for name, value in self.tensors.items()}
+        return self
+
+
+def _minibatch_from_state(state: dict[str, Any]) -> TorchMinibatch:
+    batch = TorchMinibatch.__new__(TorchMinibatch)
+    batch.__dict__.update(state)
+    sent = batch.__dict__.pop("_pass", None)
+    if sent is not None:
+        _check_pass(*sent)
+    return batch
+
+
+_EPOCHS_SEEN: dict[tuple[str, int, int, int], tuple[int, int]] = {}  # a pass -> (its epoch, a worker that read it)
+
+
+def _check_pass(job: str, workers: int, base_seed: int, number: int, epoch: int, pid: int) -> None:
+    """Raises when a batch of a loader pass read another epoch than a batch of the same pass from another worker
+    still running (the workers of a pass disagree; see _Passes). In the main process."""
+    key = (job, workers, base_seed, number)
+    seen = _EPOCHS_SEEN.get(key)
+    if seen is not None and seen[0] == epoch:
+        return
+    if seen is not None and seen[1] != pid and shm.alive(seen[1]):
+        raise RuntimeError(
+            f"the workers of one DataLoader pass ({workers} workers, base seed {base_seed}) read different epochs: "
+            f"{seen[0]} (worker process {seen[1]}) and {epoch} (worker process {pid}); their batches would repeat "
+            "some sequences and miss others"
+        )
+    _EPOCHS_SEEN[key] = (epoch, pid)
+    if len(_EPOCHS_SEEN) > 256:  # (the oldest passes are long over)
+        del _EPOCHS_SEEN[next(iter(_EPOCHS_SEEN))]
+
+
+def _unpacked_minibatch(wire: torch_transport.Wire) -> TorchMinibatch:
+    return _minibatch_from_state(torch_transport.unpack(wire))
+
+
+def _inline_minibatch(data: bytes, arrays: list[np.ndarray]) -> TorchMinibatch:
+    return _minibatch_from_state(torch_transport.from_inline(data, arrays))
+
+
+def _pinned(value: Any) -> Any:
+    if isinstance(value, PackedSequence):
+        return value._replace(data=value.data.pin_memory())
+    return value.pin_memory()
+
+
+def _narrowest(values: np.ndarray) -> np.ndarray:
+    """Integers in the narrowest integer dtype that holds them exactly."""
+    if not len(values):
+        return values.astype(np.uint8)
+    low, high = int(values.min()), int(values.max())
+    kinds = (np.uint8, np.uint16, np.uint32, np.uint64) if low >= 0 else (np.int8, np.int16, np.int32, np.int64)
+    for kind in kinds:
+        info = np.iinfo(kind)
+        if info.min <= low and high <= info.max:
+            return values.astype(kind)
+    return values
+
+
+@dataclass(frozen=True)
+class _Keys:
+    """Provenance keys as a batch carries them across processes: a table of the files and, per sequence, the row
+    of its file and its key (an integer array when every key is an integer)."""
+
+    files: tuple[str, ...]
+    file_rows: np.ndarray
+    ids: Any
+
+    @classmethod
+    def of(cls, provenance: Any) -> _Keys:
+        if isinstance(provenance, _Keys):
+            return provenance
+        files, rows, ids = provenance.columns()
+        used, rows = np.unique(rows, return_inverse=True)  # the files this batch uses
+        if not isinstance(ids, np.ndarray) and ids and all(type(key) is int for key in ids):
+            low, high = min(ids), max(ids)
+            if low >= -(2**63) and high < 2**63:
+                ids = np.array(ids, dtype=np.int64)
+            elif low >= 0 and high < 2**64:
+                ids = np.array(ids, dtype=np.uint64)
+        if isinstance(ids, np.ndarray):
+            ids = _narrowest(ids)
+        return cls(tuple(files[i] for i in used.tolist()), _narrowest(rows.reshape(-1)), ids)
+
+    @property
+    def keys(self) -> list[tuple[str, Any]]:
+        ids = self.ids.tolist() if isinstance(self.ids, np.ndarray) else self.ids
+        return [(self.files[row], key) for row, key in zip(self.file_rows.tolist(), ids, strict=True)]
+
+
+def _collate_minibatches(batch: list[TorchMinibatch], *, collate_fn_map: Any = None) -> TorchMinibatch:
+    """What a ``DataLoader`` left with a ``batch_size`` does with cntkio minibatches: one is passed through."""
+    del collate_fn_map
+    if len(batch) == 1:
+        return batch[0]
+    raise TypeError(
+        f"a DataLoader with batch_size={len(batch)} would batch cntkio minibatches, which are already batched "
+        "(minibatch_size samples each): build it with DataLoader(dataset, batch_size=None, ...) or "
+        "cntkio.torch.loader(make_source, minibatch_size, ...)"
+    )
+
+
+def _register_collate() -> None:
+    try:  # torch's documented way to extend default_collate (torch >= 1.13)
+        from torch.utils.data._utils.collate import default_collate_fn_map
+    except ImportError:  # pragma: no cover - older torch: DataLoader(..., batch_size=None) is needed
+        return
+    default_collate_fn_map[TorchMinibatch] = _collate_minibatches
+
+
+_register_collate()
+
+
+STATE_KEY = "cntkio"  # MinibatchDataset.state_dict(): {STATE_KEY: the state as JSON text}
+
+LAYOUTS = {
+    "auto": "dense: [batch, *shape] when every sequence has one sample, else padded; sparse: CSR",
+    "flat": "dense: every sample as a row [samples, *shape]; sparse: CSR",
+    "padded": "[batch, max_len, *shape] (sparse streams densified), with masks[name]",
+    "csr": "sparse only: a CSR tensor, one row per sample",
+    "token_ids": "one-hot sparse only: int64 ids [batch, max_len] padded with pad_id, with masks[name]",
+    "token_offsets": "one-hot sparse only: int64 ids [samples] and offsets[name] [batch] (nn.EmbeddingBag)",
+    "packed": "a PackedSequence of the padded stream (nn.RNN/LSTM/GRU)",
+    "nested": "a jagged nested tensor, one [len, *shape] component per sequence",
+    "per_sequence": "one sample per sequence: dense [batch, *shape]; one-hot sparse: int64 class ids [batch]",
+}
+
+
+@dataclass(frozen=True)
+class StreamTensors:
+    """A stream of a minibatch in one layout: the tensor (or PackedSequence) and, for padded and EmbeddingBag
+    layouts, its mask or offsets."""
+
+    value: Any
+    mask: torch.Tensor | None = None
+    offsets: torch.Tensor | None = None
+
+
+def stream_tensors(data: MinibatchData, layout: str = "auto", pad_id: int = 0) -> StreamTensors:
+    """A stream's samples in ``layout`` (one of :data:`LAYOUTS`); ``pad_id`` fills the padding of token ids.
+
+    Example::
+
+        ids = stream_tensors(minibatch["S0"], "token_ids")   # int64 [batch, max_len], ids.mask: bool
+        labels = stream_tensors(minibatch["S1"], "per_sequence").value   # int64 [batch]
+    """
+    name = data.info.name
+    if layout not in LAYOUTS:
+        raise ValueError(f"stream '{name}': unknown layout {layout!r}; one of {', '.join(LAYOUTS)}")
+    if layout in ("auto", "flat", "csr"):
+        if layout == "csr" and not data.is_sparse:
+            raise ValueError(f"stream '{name}' is dense: layout 'csr' is for sparse streams")
+        return StreamTensors(to_tensor(data, "flat" if layout == "csr" else layout))
+    if layout in ("token_ids", "token_offsets") or (layout == "per_sequence" and data.is_sparse):
+        ids = layouts.one_hot_ids(data, layout)
+        if layout == "token_offsets":
+            return StreamTensors(torch.from_numpy(ids), offsets=torch.from_numpy(data.sequence_offsets[:-1]))
+        if layout == "per_sequence":
+            return StreamTensors(torch.from_numpy(layouts.one_per_sequence(data, ids)))
+        padded = layouts.padded_ids(data, pad_id)
+        return StreamTensors(torch.from_numpy(padded), mask=torch.from_numpy(layouts.mask(data)))
+    if layout == "per_sequence":
+        return StreamTensors(torch.from_numpy(layouts.one_per_sequence(data, data.values)))
+    if layout == "nested":
+        parts = data.as_sequences() if not data.is_sparse else list(data.asarray())
+        lengths = data.sequence_lengths.tolist()
+        tensors = [torch.from_numpy(np.ascontiguousarray(p[:n])) for p, n in zip(parts, lengths, strict=True)]
+        return StreamTensors(torch.nested.as_nested_tensor(tensors, layout=torch.jagged))
+    padded_tensor = torch.from_numpy(data.asarray())
+    if layout == "packed":
+        lengths_tensor = torch.from_numpy(data.sequence_lengths.astype(np.int64))
+        if not len(lengths_tensor) or int(lengths_tensor.min()) < 1:
+            raise ValueError(f"stream '{name}': layout 'packed' needs every sequence to have a sample")
+        packed = pack_padded_sequence(padded_tensor, lengths_tensor, batch_first=True, enforce_sorted=False)
+        return StreamTensors(packed)
+    return StreamTensors(padded_tensor, mask=torch.from_numpy(layouts.mask(data)))
+
+
+def to_tensor(data: MinibatchData, layout: str = "auto") -> torch.Tensor:
+    """A stream's samples as a tensor: CSR rows for sparse streams, else flat or padded (see layout)."""
+    if data.is_sparse:
+        assert data.indptr is not None and data.indices is not None
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Sparse CSR tensor support is in beta", UserWarning)
+            return torch.sparse_csr_tensor(
+                torch.from_numpy(data.indptr),
+                torch.from_numpy(data.indices.astype(np.int64)),
+                torch.from_numpy(data.values),
+                size=(data.num_samples, *data.sample_shape),
+                check_invariants=False,  # the reader's CSR is valid by construction
+            )
+    flat = layout == "flat" or (layout == "auto" and bool(np.all(data.sequence_lengths == 1)))
+    return torch.from_numpy(data.values if flat else data.asarray())
+
+
+def distributed_partition() -> tuple[int, int]:
+    """(world size, rank) of ``torch.distributed``, or (1, 0) when it is not initialised."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size(), dist.get_rank()
+    return 1, 0
+
+
+def gather_state(state: dict[str, Any]) -> dict[str, Any]:
+    """Merges every rank's last state (collective call) into one any world size can resume from."""
+    world, _ = distributed_partition()
+    states: list[Any] = [None] * world
+    if world > 1:
+        dist.all_gather_object(states, state)
+    else:
+        states = [state]
+    return merge_states(states)
+
+
+def merge_states(states: list[dict[str, Any]]) -> dict[str, Any]:
+    """Merges the last states of all ranks (see :meth:`MinibatchSource.merge_checkpoints`): each a ``batch.state`` or a
+    :meth:`MinibatchDataset.state_dict` (that of a rank that has not stepped since its restore is the state it
+    restored)."""
+    states = [json.loads(s[STATE_KEY]) if set(s) == {STATE_KEY} else s for s in states]
+    if not all(s for s in states):
+        raise ConfigError("merge_states: a rank's dataset has neither read a batch nor loaded a state")
+    return {
+        "source": MinibatchSource.merge_checkpoints([s["source"] for s in states]),
+        "minibatch_index": 0,
+        "epoch": max(int(s.get("epoch", 0)) for s in states),
+    }
+
+
+PASS_TABLE_BYTES = 1 << 16  # the open passes of one dataset, as JSON in shared memory
+
+
+@dataclass(frozen=True)
+class _WorkerPass:
+    """What tells the loader workers of one ``DataLoader`` pass from those of any other: their number, the pass's base
+    seed (``worker_info.seed - worker_info.id``, drawn once per loader iterator) and how many passes this worker
+    process began before (persistent workers begin one per pass, new ones their first)."""
+
+    workers: int
+    worker: int
+    base_seed: int
+    number: int
+
+    @property
+    def key(self) -> list[int]:
+        return [self.workers, self.base_seed, self.number]
+
+
+class _Passes:
+    """The epoch each pass over the dataset reads, decided once per pass: ``next`` (set by ``set_epoch`` or a loaded
+    state), then the one after it for the next pass.
+
+    A pass in the process that iterates (no loader workers) takes the next epoch. Of the workers of a ``DataLoader``
+    pass, each of which begins an iteration once, the first to begin takes the next epoch and opens a record of the
+    pass; the others read the epoch there (:class:`_WorkerPass` tells passes apart). A record is dropped once every
+    worker of its pass has read it, or once they are all gone (a pass abandoned early). Workers that cannot tell two
+    open passes apart raise rather than guess. Kept in shared memory (inherited by worker processes, persistent ones
+    included); a plain table where shared memory is not available or once pickled outside a spawn."""
+
+    def __init__(self) -> None:
+        self._local: dict[str, Any] = {"next": 0, "open": []}
+        self._shared: Any = None
+        try:
+            # (a lock made for spawned processes serves forked ones too; one made for forking cannot be spawned)
+            self._shared = multiprocessing.get_context("spawn").Array("c", PASS_TABLE_BYTES, lock=True)
+            self._shared.value = json.dumps(self._local).encode()
+        except OSError:  # no shared memory here: one process only
+            self._shared = None
+
+    def set(self, epoch: int) -> None:
+        def change(table: dict[str, Any]) -> int:
+            table["next"] = int(epoch)
+            return int(epoch)
+
+        self._update(change)
+
+    def begin(self, worker: _WorkerPass | None) -> int:
+        """The epoch of an iteration starting now, in a loader worker of ``worker`` or (None) in the process that
+        iterates."""
+        return self._update(functools.partial(_begin_pass, worker=worker))
+
+    def _update(self, change: Callable[[dict[str, Any]], int]) -> int:
+        if self._shared is None:
+            return change(self._local)
+        with self._shared.get_lock():
+            table = json.loads(self._shared.value)
+            result = change(table)
+            text = json.dumps(table).encode()
+            if len(text) >= PASS_TABLE_BYTES:
+                raise RuntimeError(f"{len(table['open'])} DataLoader passes over one dataset are open at once: more "
+                                   f"than its table of passes holds ({PASS_TABLE_BYTES} bytes)")  # fmt: skip
+            self._shared.value = text
+            return result
+
+    def __getstate__(self) -> dict[str, Any]:
+        from multiprocessing.context import get_spawning_popen
+
+        if self._shared is not None and get_spawning_popen() is None:  # an ordinary pickle: the table only
+            with self._shared.get_lock():
+                return {"_shared": None, "_local": json.loads(self._shared.value)}
+        return self.__dict__
+
+
+def _begin_pass(table: dict[str, Any], worker: _WorkerPass | None) -> int:
+    """Takes the epoch of an iteration beginning now in ``table`` (see :class:`_Passes`)."""
+    if worker is None:
+        epoch = int(table["next"])
+        table["next"] = epoch + 1
+        return epoch
+    table["open"] = [p for p in table["open"] if any(shm.alive(pid) for pid in p["joined"].values())]
+    same = [p for p in table["open"] if p["key"] == worker.key and str(worker.worker) not in p["joined"]]
+    if len(same) > 1:
+        raise RuntimeError(
+            f"DataLoader worker {worker.worker}: {len(same)} passes over this dataset with {worker.workers} workers "
+            f"and base seed {worker.base_seed} run at once, and their workers cannot tell which pass is theirs (and "
+            "so which epoch to read): give each loader iterator its own seed (torch.manual_seed or the DataLoader's "
+            "generator) rather than the same one twice"
+        )
+    if same:
+        record = same[0]
+    else:
+        record = {"key": worker.key, "epoch": int(table["next"]), "joined": {}}
+        table["next"] = record["epoch"] + 1
+        table["open"].append(record)
+    record["joined"][str(worker.worker)] = os.getpid()
+    if len(record["joined"]) == worker.workers:
+        table["open"].remove(record)
+    return int(record["epoch"])
+
+
+def _remove_job_files(owner_pid: int, token: str) -> None:
+    if os.getpid() == owner_pid:  # not in a forked worker's copy
+        shm.remove_job(owner_pid, token)
+
+
+class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
+    """Minibatches of a :class:`MinibatchSource` for a PyTorch ``DataLoader`` (``batch_size=None``).
+
+    Example::
+
+        with MinibatchDataset(functools.partial(make_source, "train.ctf"), 1024) as dataset:
+            for batch in DataLoader(dataset, batch_size=None, num_workers=2):
+                x = batch["features"]
+
+    Args:
+        make_source: builds the source (called once per iteration, in each worker process; a
+            top-level function or ``functools.partial`` so that it pickles).
+        minibatch_size: samples per minibatch for the whole job (split across ranks like
+            ``next_minibatch(n, num_data_partitions=world, partition_index=rank)``).
+        num_partitions, partition_index: override the rank split (default: torch.distributed).
+        layout: one of :data:`LAYOUTS` for every stream, or ``{stream name: layout}`` (streams not named:
+            ``"auto"``), e.g. ``{"words": "token_ids", "intent": "per_sequence"}`` for ATIS-like data.
+        pad_id: the id padding ``"token_ids"`` streams (their ``masks`` tell padding apart).
+        equal_steps: ``"carry"`` or ``"pad"``: every rank yields the same number of minibatches per epoch by that
+            rule (:mod:`cntkio.equal_steps`); None: each rank reads its partition to its end; ``"auto"``: ``"carry"``
+            when the ranks come from ``torch.distributed`` with more than one and the source has epochs.
+        max_carry: under ``"carry"``, the most minibatches a rank may leave for the next epoch (a rank short of the
+            steps then takes padding steps of ``weight`` 0; see the README for a loss that padding keeps finite).
+    """
+
+    def __init__(
+        self,
+        make_source: Callable[[], MinibatchSource],
+        minibatch_size: int,
+        *,
+        num_partitions: int | None = None,
+        partition_index: int | None = None,
+        layout: str | Mapping[str, str] = "auto",
+        pad_id: int = 0,
+        equal_steps: str | None = "auto",
+        max_carry: int = MAX_CARRY,
+    ):
+        super().__init__()
+        if equal_steps not in (None, "auto"):
+            check_rule(equal_steps)
+        self.max_carry = check_max_carry(max_carry)
+        layouts = [layout] if isinstance(layout, str) else list(layout.values())
+        for name in layouts:
+            if name not in LAYOUTS:
+                raise ValueError(f"unknown layout {name!r}; one of {', '.join(LAYOUTS)}")
+        self.make_source = make_source
+        self.minibatch_size = minibatch_size
+        self.num_partitions = num_partitions
+        self.partition_index = partition_index
+        self.layout = layout if isinstance(layout, str) else dict(layout)
+        self.pad_id = int(pad_id)
+        self.equal_steps = equal_steps
+        self._carry = SharedCarry()  # what the latest epoch planned carries into the next, for every process
+        self._planner: EqualSteps | None = None
+        self._resume: dict[str, Any] | None = None
+        self._last_state: dict[str, Any] | None = None
+        self._live: set[MinibatchSource] = set()
+        self._epochs = _Passes()
+        self._begun_here = (os.getpid(), 0)  # (process, iterations it began): a worker's pass number
+        # The shared-memory files loader workers make for this dataset are named after it (shm.job_name) and removed
+        # with it, or by the next job if this process is killed.
+        self._job = (os.getpid(), uuid.uuid4().hex[:12])
+        shm.remove_stale()
+        weakref.finalize(self, _remove_job_files, *self._job)
+
+    def _layout_of(self, stream: str) -> str:
+        return self.layout if isinstance(self.layout, str) else self.layout.get(stream, "auto")
+
+    def set_epoch(self, epoch: int) -> None:
+        """The next iteration reads epoch ``epoch`` of a finite source (see ``MinibatchSource.start_epoch``):
+        later epochs read later sweeps, each in its own order; the iterations after it read the epochs after it.
+        Without it each iteration reads the next epoch by itself; calling it before each epoch, like
+        ``DistributedSampler.set_epoch``, works too — also with ``persistent_workers=True``."""
+        if int(epoch) < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch}")
+        self._epochs.set(int(epoch))
+
+    def _partition(self) -> tuple[int, int]:
+        if self.num_partitions is not None:
+            return self.num_partitions, self.partition_index or 0
+        return distributed_partition()
+
+    def __iter__(self) -> Iterator[TorchMinibatch]:
+        # The pass and its epoch are taken when the iteration begins (a loader worker begins one when its pass
+        # starts), not when its first batch is asked for.
+        worker = get_worker_info()
+        worker_pass = self._worker_pass(worker) if worker is not None else None
+        epoch = self._epochs.begin(worker_pass)
+        resume, self._resume = self._resume, None  # a loaded state applies to the next iteration only
+        if resume is not None:
+            self._last_state = resume  # (what state_dict() reports until the first batch)
+        sent = None if worker_pass is None else (self._job[1], *worker_pass.key, epoch, os.getpid())
+        return self._minibatches(epoch, resume, worker, sent)
+
+    def _worker_pass(self, worker: Any) -> _WorkerPass:
+        pid, begun = self._begun_here
+        number = begun if pid == os.getpid() else 0
+        self._begun_here = (os.getpid(), number + 1)
+        return _WorkerPass(worker.num_workers, worker.id, worker.seed - worker.id, number)
+
+    def _minibatches(
+        self, epoch: int, resume: dict[str, Any] | None, worker: Any, sent: tuple[Any, ...] | None
+    ) -> Iterator[TorchMinibatch]:
+        """The minibatches of a pass; in a loader worker, ``sent`` marks them with the pass and the epoch read (the
+        main process checks that the workers of a pass agree: _check_pass)."""
+        workers, worker_id = (worker.num_workers, worker.id) if worker is not None else (1, 0)
+        partitions, rank = self._partition()
+        transport = torch_transport.worker_pool(shm.job_name(*self._job)) if worker is not None else None
+        source = self.make_source()
+        self._live.add(source)
+        exchange = self._exchange(source, epoch, worker_id, workers)
+        index = base = 0
+        try:
+            planner = self._equal_steps_planner(source, partitions)
+            stream = None if planner is None else self._rank_stream(planner, source, epoch, rank, resume)
+            if resume is None and epoch and not source.is_infinite() and stream is None:
+                source.start_epoch(epoch)
+            if resume is not None:
+                if stream is None:
+                    source.restore_from_checkpoint(resume["source"])
+                index = int(resume["minibatch_index"])
+                base = int(resume.get("worker_base", index))
+            while stream is None or not stream.done:  # (equal steps: the plan's steps; else to the data's end)
+                if exchange is not None:
+                    exchange.at(index)
+                mine = worker_of(index, workers, base) == worker_id
+                if stream is not None and stream.padding:
+                    stream.pad()
+                    index += 1
+                    if mine:
+                        yield self._padding(source, stream, epoch, index, base)
+                    continue
+                if not mine:
+                    if stream is not None:
+                        stream.read(gather=False)
+                    elif not source.skip_minibatch(self.minibatch_size, partitions, rank):
+                        return
+                    index += 1
+                    continue
+                if stream is not None:
+                    minibatch: Minibatch | dict[Any, MinibatchData] | None = stream.read()
+                else:
+                    minibatch = source.next_minibatch(self.minibatch_size, num_data_partitions=partitions,
+                                                      partition_index=rank)  # fmt: skip
+                if not isinstance(minibatch, Minibatch):
+                    return
+                index += 1
+                state = self._state(source, stream, epoch, index, base)
+                streams = {info.name: stream_tensors(data, self._layout_of(info.name), self.pad_id)
+                           for info, data in minibatch.items()}  # fmt: skip
+                batch = TorchMinibatch(
+                    tensors={name: stream.value for name, stream in streams.items()},
+                    lengths={info.name: torch.from_numpy(d.sequence_lengths) for info, d in minibatch.items()},
+                    masks={name: stream.mask for name, stream in streams.items() if stream.mask is not None},
+                    offsets={name: stream.offsets for name, stream in streams.items() if stream.offsets is not None},
+                    provenance=minibatch.provenance,
+                    state=state,
+                    end_of_sweep=any(data.end_of_sweep for data in minibatch.values()),
+                    index=index - 1,
+                )
+                batch._transport = transport  # type: ignore[attr-defined]
+                batch._pass = sent  # type: ignore[attr-defined]
+                del minibatch  # only the caller holds the batch: once it lets go, the next read reuses its memory
+                yield batch
+                del batch
+        finally:
+            source.close()
+            self._live.discard(source)
+            if exchange is not None:
+                exchange.close()
+
+    def _equal_steps_planner(self, source: MinibatchSource, partitions: int) -> EqualSteps | None:
+        """The planner of this dataset's equal steps (kept across the iterations of this process), or None."""
+        rule = self.equal_steps
+        if rule == "auto":
+            rule = "carry" if self.num_partitions is None and partitions > 1 and not source.is_infinite() else None
+        if rule is None:
+            return None
+        if source.is_infinite():
+            raise ValueError(f"equal_steps={rule!r} needs epochs: set max_samples or max_sweeps on the source")
+        planner = self._planner
+        if planner is None or (planner.rule, planner.minibatch_size, planner.partitions, planner.max_carry) != (
+            rule, self.minibatch_size, partitions, self.max_carry if rule == "carry" else 0
+        ):
+            planner = self._planner = EqualSteps(rule, self.minibatch_size, partitions, self._carry, self.max_carry)
+        return planner
+
+    def _rank_stream(
+        self, planner: EqualSteps, source: MinibatchSource, epoch: int, rank: int, resume: dict[str, Any] | None
+    ) -> RankStream:
+        """This rank's stream of ``epoch`` under the equal-steps plan, positioned at its first minibatch, or where
+        ``resume`` was taken (:meth:`EqualSteps.stream`: a state of this partitioning carries its epoch's plan; a
+        merged state starts a plan of its own)."""
+        if resume is None:
+            return planner.stream(source, epoch, rank)
+        step = int(resume.get("minibatch_index", 0))
+        return planner.stream(source, epoch, rank, resume["source"], resume.get("equal_steps"), step)
+
+    def _state(
+        self, source: MinibatchSource, stream: RankStream | None, epoch: int, index: int, base: int
+    ) -> dict[str, Any]:
+        """The state after minibatch ``index - 1``, also kept as this dataset's last state."""
+        state = {"source": source.get_checkpoint_state(), "minibatch_index": index, "epoch": epoch}
+        if stream is not None:
+            state["equal_steps"] = stream.plan.state()
+        self._last_state = {**state, "worker_base": base}
+        return state
+
+    def _padding(
+        self, source: MinibatchSource, stream: RankStream, epoch: int, index: int, base: int
+    ) -> TorchMinibatch:
+        """An empty batch of weight 0: this rank's step while the others still read data (rule "pad"). Layouts that
+        cannot be empty (``packed``, ``nested``) get one sequence of one zero sample (still no keys, weight 0)."""
+        streams, lengths = {}, {}
+        for info in source.stream_infos():
+            layout = self._layout_of(info.name)
+            count = 1 if layout in ("packed", "nested") else 0
+            sparse = info.is_sparse
+            empty = MinibatchData(
+                info,
+                np.zeros(0 if sparse else (count, *info.shape), dtype=info.dtype),
+                np.full(count, 1, dtype=np.int64),
+                False,
+                indices=np.zeros(0, dtype=np.int32) if sparse else None,
+                indptr=np.zeros(1 + count, dtype=np.int64) if sparse else None,
+            )
+            streams[info.name] = stream_tensors(empty, layout, self.pad_id)
+            lengths[info.name] = torch.from_numpy(empty.sequence_lengths)
+        return TorchMinibatch(
+            tensors={name: tensors.value for name, tensors in streams.items()},
+            lengths=lengths,
+            masks={name: tensors.mask for name, tensors in streams.items() if tensors.mask is not None},
+            offsets={name: tensors.offsets for name, tensors in streams.items() if tensors.offsets is not None},
+            provenance=_Keys((), np.zeros(0, dtype=np.uint8), np.zeros(0, dtype=np.int64)),
+            state=self._state(source, stream, epoch, index, base),
+            index=index - 1,
+            weight=0.0,
+        )
+
+    def _exchange(self, source: MinibatchSource, epoch: int, worker: int, workers: int) -> ChunkExchange | None:
+        """Loader workers share the chunks they parse (each chunk parsed once per epoch by one of them)."""
+        if workers < 2 or not shm.available():
+            return None
+        streams = [(info.name, info.storage_format, str(info.dtype), info.shape) for info in source.stream_infos()]
+        identity = hashlib.sha256(json.dumps([source._fingerprint(), streams], default=str).encode()).hexdigest()
+        try:
+            exchange = ChunkExchange(shm.job_name(*self._job), epoch, worker, workers, identity[:16])
+        except shm.NotPrivate as error:  # another user's doing: nothing found there is used
+            warnings.warn(f"loader workers parse their chunks each: {error}", RuntimeWarning, stacklevel=2)
+            return None
+        except (OSError, ValueError):
+            return None
+        source._share_chunks(exchange)
+        return exchange
+
+    def close(self) -> None:
+        """Closes the sources of iterations still open in this process (their parse threads stop)."""
+        for source in list(self._live):
+            source.close()
+        self._live.clear()
+
+    def __enter__(self) -> MinibatchDataset:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_live": set()}  # open sources stay in the process that opened them
+
+    def state_dict(self) -> dict[str, Any]:
+        """State after the last minibatch this dataset (or this loader worker) produced, as
+        ``{"cntkio": <JSON text>}`` — one value, so ``torch.distributed.checkpoint`` (whose ``Stateful``
+        protocol this follows) finds the same structure in a fresh dataset to load into.
+
+        Unlike ``batch.state``, it keeps the worker assignment, as a ``StatefulDataLoader`` restoring
+        each worker with its own state expects.
+        """
+        state = self._last_state if self._last_state is not None else (self._resume or {})
+        return {STATE_KEY: json.dumps(state)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """The next iteration continues right after the minibatch the state was taken at.
+
+        With ``batch.state`` (or a merged state) the next minibatch comes from worker 0, as a new
+        ``DataLoader`` expects; with :meth:`state_dict` the worker assignment is kept. Loader worker
+        processes work on copies of the dataset, so with ``num_workers > 0`` build a new dataset (or
+        call ``load_state_dict({})``) for the iterations after the resumed one.
+        """
+        if set(state) == {STATE_KEY}:  # from state_dict()
+            state = json.loads(state[STATE_KEY]) if state[STATE_KEY] else {}
+        self._resume = dict(state) if state else None
+        self._last_state = None
+        if state:
+            self._epochs.set(int(state.get("epoch", 0)))  # the resumed epoch; the iterations after it follow on
+
+
+def loader(
+    make_source: Callable[[], MinibatchSource],
+    minibatch_size: int,
+    *,
+    num_workers: int = 0,
+    persistent_workers: bool = False,
+    pin_memory: bool = False,
+    prefetch_factor: int | None = None,
+    multiprocessing_context: Any = None,
+    **dataset_options: Any,
+) -> DataLoader:  # type: ignore[type-arg]
+    """A ``DataLoader`` over ``MinibatchDataset(make_source, minibatch_size, **dataset_options)``, set up for
+    cntkio's minibatches (``batch_size=None``); ``loader.dataset`` is the dataset (``set_epoch``,
+    ``load_state_dict``).
+
+    Example::
+
+        train = cntkio.torch.loader(functools.partial(make_source, "train.ctf"), 1024, num_workers=2)
+        for epoch in range(10):          # each pass reads the next, reshuffled epoch
+            for batch in train:
+                loss = model(batch["features"]).sum()
+    """
+    dataset = MinibatchDataset(make_source, minibatch_size, **dataset_options)
+    options: dict[str, Any] = {}
+    if num_workers > 0:
+        options["persistent_workers"] = persistent_workers
+        if prefetch_factor is not None:
+            options["prefetch_factor"] = prefetch_factor
+        if multiprocessing_context is not None:
+            options["multiprocessing_context"] = multiprocessing_context
+    return DataLoader(dataset, batch_size=None, num_workers=num_workers, pin_memory=pin_memory, **options)

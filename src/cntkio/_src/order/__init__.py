@@ -1,0 +1,1 @@
+"""Sequence orders: pure functions of (table, configuration, seed, sweep, partition)."""

@@ -1,0 +1,1 @@
+"""The reading engine: cursor, chunk cache, memory budget, BPTT slots, checkpoints, stage timings."""

@@ -1,0 +1,300 @@
+"""Parsed chunks in memory, loaded into the native slots the minibatch gather reads, with background
+parsing on a thread pool.
+
+The native parsers release the GIL, so a chunk parses on another core while the caller assembles
+minibatches from the chunks it already has. Each chunk is checked at this boundary (stream layout,
+dtype, offsets, sparse indices) before any minibatch reads it, so a plug-in that returns malformed
+arrays gets a clear error, never wrong data.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import numpy as np
+
+from cntkio import _native
+from cntkio._src.common.errors import CNTKIOError, ConfigError
+from cntkio._src.common.streams import StreamInformation
+from cntkio._src.common.system import available_cores, parsing_with
+from cntkio._src.corpus.table import ChunkKey, Corpus, LoadKey
+from cntkio._src.formats.protocol import SparseStream, StreamData
+from cntkio._src.integrations.shared_chunks import ChunkExchange
+from cntkio._src.reading.stats import StageClock
+
+
+class ChunkCache:
+    """The loaded chunks of a corpus, keyed by (deserializer, slot), in the native store the gather reads
+    (one slot table per deserializer); the reader says which to keep (:meth:`retain`). Loads are asked for
+    as (deserializer, slot, sweep): a chunk that varies by sweep is read for that sweep, and a slot holding
+    another sweep's copy is loaded again.
+
+    ``threads`` background parsers prefetch chunks; 0 parses on demand in the calling thread. ``split=False`` parses
+    every chunk on one thread (a memory budget's choice: a chunk split into runs holds them until they are joined).
+    """
+
+    def __init__(self, corpus: Corpus, threads: int, clock: StageClock | None = None, split: bool = True):
+        self.corpus = corpus
+        self.threads = threads
+        self.split = split
+        self.clock = clock if clock is not None else StageClock()
+        self.store = _native.ChunkStore(
+            [
+                [(info.is_sparse, _width(info), info.dtype.kind, info.dtype.itemsize) for info in corpus.streams_of(d)]
+                for d in range(len(corpus.deserializers))
+            ],
+            corpus.slot_counts(),
+        )
+        for number, versions in enumerate(corpus.versions):
+            if versions > 1:
+                self.store.set_versions(number, versions)
+        for number, match in enumerate(corpus.matches, start=1):
+            self.store.set_lookup(number, match, corpus.deserializers[number].sequence_index().chunk_starts)
+            if corpus.deserializers[number].broadcast:
+                self.store.set_broadcast(number)
+        if corpus.caps is not None:
+            self.store.set_caps(corpus.caps)
+        self._futures: dict[ChunkKey, tuple[int, Future[None]]] = {}  # slot -> (sweep it was read for, load)
+        # The same, as arrays a plan is compared with at C speed: per deserializer, the sweep each slot is read for
+        # (-1: none), and the slots entered since the last retain (some perhaps dropped since).
+        self._held = [np.full(count, -1, dtype=np.int64) for count in corpus.slot_counts()]
+        self._entered: list[list[int]] = [[] for _ in self._held]
+        self.dropped = 0  # chunks dropped so far
+        self._queued = self._busy = 0  # loads waiting for a parse thread, and loads running
+        self._deferred = 0  # of the queued loads: those asked for again while another loader worker parses them
+        self._awaited: set[int] = set()  # ids of the futures the reading thread waits for
+        self._lock = threading.Lock()
+        self._closed = False
+        self.exchange: ChunkExchange | None = None  # loader workers share parsed chunks through it
+        self._executor = (
+            ThreadPoolExecutor(max_workers=threads, thread_name_prefix="cntkio-parse") if threads > 0 else None
+        )
+
+    def ensure(self, keys: Iterable[LoadKey]) -> None:
+        """Loads the chunks unless they are loaded or being loaded, and waits for them. With a thread pool
+        the pool parses them (in the order given) while this thread waits, so no core runs two parsers."""
+        waiting = []
+        for key in keys:
+            future, owner = self._claim(key)
+            if owner:
+                if self._executor is None:
+                    self._load_into(key, future)
+                else:
+                    self._submit(key, future)
+            waiting.append(future)
+        with self._lock:
+            self._awaited = {id(future) for future in waiting}
+        started = time.perf_counter()
+        try:
+            for future in waiting:
+                future.result()
+        finally:
+            with self._lock:
+                self._awaited = set()
+        self.clock.wait += time.perf_counter() - started  # (only the reading thread calls ensure)
+        self.clock.waits += 1
+
+    def prefetch(self, plan: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        """Starts loading chunks in the background if they are not cached yet: per deserializer, slots and the
+        sweep each is read for (:meth:`Corpus.load_plan`), in the order given."""
+        if self._executor is None:
+            return
+        for number, (slots, sweeps) in enumerate(plan):
+            # read without the lock: a stale answer only means _claim decides
+            missing = np.flatnonzero(self._held[number][slots] != sweeps)
+            for slot, sweep in zip(slots[missing].tolist(), sweeps[missing].tolist()):
+                future, owner = self._claim((number, slot, sweep))
+                if owner:
+                    self._submit((number, slot, sweep), future)
+
+    def _submit(self, key: LoadKey, future: Future[None], deferred: bool = False) -> None:
+        assert self._executor is not None
+        with self._lock:
+            self._queued += 1  # loads submitted and not started: they will want a thread of their own
+            self._deferred += deferred
+        self._executor.submit(self._load_into, key, future, True, deferred)
+
+    def _claim(self, key: LoadKey) -> tuple[Future[None], bool]:
+        """The load of ``key``: (its future, whether the caller must run it). A slot holding another sweep's
+        copy is cleared at once (no gather reads it meanwhile) and loaded again; if that copy is still loading,
+        it finishes first."""
+        number, slot, sweep = key
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise ValueError("the source is closed")
+                held = self._futures.get((number, slot))
+                if held is not None and held[0] == sweep:
+                    return held[1], False
+                if held is None or held[1].done():
+                    if held is not None:
+                        self.store.clear(number, slot)
+                    future: Future[None] = Future()
+                    future.set_running_or_notify_cancel()
+                    self._futures[(number, slot)] = (sweep, future)
+                    self._held[number][slot] = sweep
+                    self._entered[number].append(slot)
+                    return future, True
+                pending = held[1]
+            pending.exception()  # waits for the other sweep's copy (a failed load is replaced just the same)
+
+    def retain(self, plan: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        """Drops every loaded chunk not in ``plan`` (per deserializer: slots and the sweep each is read for, as
+        :meth:`Corpus.load_plan` gives them). Chunks still loading stay."""
+        with self._lock:
+            for number, (slots, sweeps) in enumerate(plan):
+                held = self._held[number]
+                entered = np.unique(np.array(self._entered[number], dtype=np.int64))
+                entered = entered[held[entered] >= 0]
+                order = np.argsort(slots, kind="stable")
+                wanted_slots, wanted_sweeps = slots[order], sweeps[order]
+                at = np.minimum(np.searchsorted(wanted_slots, entered), max(len(wanted_slots) - 1, 0))
+                kept = np.zeros(len(entered), dtype=bool)
+                if len(wanted_slots):
+                    kept = (wanted_slots[at] == entered) & (wanted_sweeps[at] == held[entered])
+                survivors = entered[kept].tolist()
+                for slot in entered[~kept].tolist():
+                    if self._futures[(number, slot)][1].done():
+                        self._drop(number, slot)
+                    else:
+                        survivors.append(slot)
+                self._entered[number] = survivors
+
+    def _drop(self, number: int, slot: int) -> None:
+        """Forgets a slot's chunk (the lock is held)."""
+        sweep, _ = self._futures.pop((number, slot))
+        self._held[number][slot] = -1
+        self.store.clear(number, slot)
+        self.dropped += 1
+        if self.exchange is not None:
+            self.exchange.release((number, self.corpus.slot_source(number, slot)[1], sweep))
+
+    def __len__(self) -> int:
+        return len(self._futures)
+
+    def _spare_threads(self, future: Future[None]) -> int:
+        """Threads the chunk starting to load may use: itself, and the parse threads no other load keeps busy (all
+        the cores when chunks are parsed in the reading thread). The last chunk the reader waits for takes every
+        parse thread: the loads still running end soon, and their threads then help instead of idling."""
+        if not self.split:
+            return 1
+        if self._executor is None:
+            return available_cores()
+        if self.exchange is not None:  # loader workers: the processes are the parallelism (a split chunk's runs would
+            return 1  # wait for each other on oversubscribed cores; measured: less CPU per worker)
+        with self._lock:
+            if self._queued == 0 and id(future) in self._awaited:
+                return self.threads
+            return max(1, self.threads - self._busy - self._queued + 1)
+
+    def _load_into(self, key: LoadKey, future: Future[None], queued: bool = False, deferred: bool = False) -> None:
+        with self._lock:
+            self._queued -= queued
+            self._deferred -= deferred
+            self._busy += 1
+            # A chunk another loader worker is parsing is asked for again later while this thread has other loads to
+            # run; with none (only chunks others parse), the thread waits for it.
+            waits = not queued or self._queued == self._deferred
+        try:
+            if not self._load(key, future, waits=waits):
+                try:
+                    self._submit(key, future, deferred=True)
+                except RuntimeError:  # the pool is shut down: the source is closing
+                    future.set_exception(ValueError("the source is closed"))
+                return
+            future.set_result(None)
+        except BaseException as error:  # re-raised in the thread that asks for the chunk
+            with self._lock:
+                held = self._futures.get(key[:2])
+                if held is not None and held[1] is future:
+                    del self._futures[key[:2]]
+                    self._held[key[0]][key[1]] = -1
+            future.set_exception(error)
+        finally:
+            with self._lock:
+                self._busy -= 1
+
+    def _load(self, key: LoadKey, future: Future[None], waits: bool = True) -> bool:
+        """Loads a chunk into its slot; False (``waits=False``) when another loader worker is parsing it."""
+        number, slot, sweep = key
+        deserializer, chunk_id, row0, rows, first_unit, first_sequence, frame_starts = self.corpus.slot_source(
+            number, slot
+        )
+        source = deserializer.source_name
+        started = time.perf_counter()
+        with parsing_with(self._spare_threads(future)):
+            parse = functools.partial(deserializer.get_chunk_of_sweep, chunk_id, sweep)  # sweep 0 unless they vary
+            exchange = self.exchange
+            if exchange is None:
+                data = parse()
+            else:
+                shared = exchange.load((number, chunk_id, sweep), parse, wait=waits)
+                if shared is None:
+                    return False
+                data = shared
+        loading = time.perf_counter()
+        starts = deserializer.sequence_index().chunk_starts
+        sequences = int(starts[chunk_id + 1] - starts[chunk_id])
+        columns = []
+        for info in self.corpus.streams_of(number):
+            if info.name not in data:
+                raise ConfigError(f"{source}: chunk {chunk_id} has no stream '{info.name}'")
+            columns.append(_columns(data[info.name], info, source, chunk_id))
+        invalid = getattr(data, "invalid", None)
+        try:
+            self.store.load(
+                number, slot, columns, sequences, invalid, row0, rows, first_unit, first_sequence, frame_starts
+            )
+        except ValueError as error:
+            raise CNTKIOError(f"{source}: chunk {chunk_id} is malformed: {error}") from None
+        self.clock.add_chunk(loading - started, time.perf_counter() - loading)
+        return True
+
+    def close(self) -> None:
+        """Stops background parsing; later requests raise ``ValueError``."""
+        with self._lock:
+            self._closed = True
+            pending = [f for _, f in self._futures.values() if not f.done()]
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+        for future in pending:
+            if not future.done():
+                future.set_exception(ValueError("the source is closed"))
+        with self._lock:
+            for number, slot in list(self._futures):
+                self._drop(number, slot)
+
+
+def _width(info: StreamInformation) -> int:
+    """Values of one sample (dense), or the dimension (sparse)."""
+    return int(np.prod(info.shape)) if info.shape else 1
+
+
+def _columns(
+    data: StreamData, info: StreamInformation, source: str, chunk: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """A stream's arrays in the form the native slots take, converted only where needed."""
+    name, dtype = info.name, info.dtype
+    values = np.asarray(data.values)
+    if values.dtype != dtype:
+        raise CNTKIOError(f"{source}: chunk {chunk}, stream '{name}': values are {values.dtype}, expected {dtype}")
+    seq_offsets = np.ascontiguousarray(data.seq_offsets, dtype=np.int64)
+    if isinstance(data, SparseStream):
+        indices = np.asarray(data.indices)
+        if indices.dtype != np.int32:
+            if len(indices) and (int(indices.min()) < 0 or int(indices.max()) >= 2**31):
+                raise CNTKIOError(f"{source}: chunk {chunk}, stream '{name}': sparse indices out of range")
+            indices = indices.astype(np.int32)
+        return (
+            np.ascontiguousarray(values),
+            seq_offsets,
+            np.ascontiguousarray(indices),
+            np.ascontiguousarray(data.indptr, dtype=np.int64),
+        )
+    width = _width(info)
+    rows = values.reshape(len(values), -1) if values.size else values.reshape(len(values), width)
+    return np.ascontiguousarray(rows), seq_offsets, None, None
