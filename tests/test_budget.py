@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from cntkio import ConfigError, CTFDeserializer, MinibatchSource, StreamDef, StreamDefs
 from cntkio._src.common.system import available_cores
 from cntkio._src.corpus.table import Corpus
-from cntkio._src.order.algorithms import Randomization, SweepOrder
+from cntkio._src.order import Randomization, SweepOrder
 from cntkio._src.reading.budget import held_chunks
 
 STREAMS = StreamDefs(x=StreamDef(field="x", shape=8))

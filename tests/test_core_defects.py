@@ -627,7 +627,7 @@ def test_a_partition_whose_share_of_two_sweeps_was_read_before_a_merge_reads_on(
 def test_keys_that_round_up_to_the_end_of_their_range_keep_their_chunk(monkeypatch):
     """start + window * u with u < 1 can round to start + window for large starts; no unit may be lost."""
     from cntkio._src.corpus.table import Corpus
-    from cntkio._src.order import algorithms as order
+    from cntkio._src.order import Randomization, SweepOrder, default
 
     real = np.random.default_rng
 
@@ -649,9 +649,9 @@ def test_keys_that_round_up_to_the_end_of_their_range_keep_their_chunk(monkeypat
             index = super().chunk_index(chunk_id)
             return ChunkIndex(chunk_id, index.keys, np.full(self.per_chunk, 10**9, dtype=np.int64))
 
-    monkeypatch.setattr(order.np.random, "default_rng", Rounding)
+    monkeypatch.setattr(default.np.random, "default_rng", Rounding)
     corpus = Corpus([Long(6, 2)], None, False)
-    sweep = order.SweepOrder(corpus, order.Randomization(True, 10**5, True, 0, False), 0)
+    sweep = SweepOrder(corpus, Randomization(True, 10**5, True, 0, False), 0)
     units = np.concatenate([sweep.block(k).units for k in range(sweep.num_blocks)])
     assert sorted(units.tolist()) == list(range(12))
 
