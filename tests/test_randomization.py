@@ -518,7 +518,7 @@ class TinyChunks(UserDeserializer):
 
 
 def reference_order(sizes: np.ndarray, window: int, seed: int, sweep: int) -> list[int]:
-    """The default randomization as order.py defines it: chunks shuffled with [seed, sweep]; every unit of the
+    """The default randomization as order/default.py defines it: chunks shuffled with [seed, sweep]; every unit of the
     chunk at rank s gets the key s + window * u (u from [seed, sweep, chunk]); units read by increasing key, ties
     by rank, then by place in the chunk."""
     chunk_order = np.random.default_rng([seed, sweep]).permutation(len(sizes))
