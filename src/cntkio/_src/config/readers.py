@@ -14,18 +14,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cntkio._src.api.source import FULL_DATA_SWEEP
 from cntkio._src.common.errors import ConfigError
+from cntkio._src.common.sentinels import FULL_DATA_SWEEP
 from cntkio._src.common.streams import StreamDef, StreamDefs
 from cntkio._src.config import keys as K
 from cntkio._src.config.syntax import Section, Value
 from cntkio._src.formats import image_transforms as T
+from cntkio._src.formats import registry
 from cntkio._src.formats.cbf import CBFDeserializer
 from cntkio._src.formats.ctf import DEFAULT_CHUNK_SIZE_IN_BYTES, CTFDeserializer
 from cntkio._src.formats.htk_features import HTKFeatureDeserializer
 from cntkio._src.formats.htk_labels import HTKMLFDeserializer
 from cntkio._src.formats.image import Base64ImageDeserializer, ImageDeserializer
 from cntkio._src.formats.protocol import Deserializer
+from cntkio._src.formats.registry import Format
 
 WINDOW_BYTES = 4 * 1024**3  # CNTK's chunk-based default window: 4 GiB of chunks
 WHOLE_CORPUS = 2**62  # "the whole data set" as a window in samples
@@ -571,12 +573,15 @@ def _legacy_htk(reader: Section, context: Context) -> list[Deserializer]:
 
 # --- dispatch ---------------------------------------------------------------------------------------------------------
 
-LEGACY_READERS: dict[str, Callable[[Section, Context], list[Deserializer]]] = {
-    "CNTKTextFormatReader": lambda reader, context: _legacy_ctf(reader, context),
-    "CNTKBinaryReader": lambda reader, context: _legacy_cbf(reader, context),
-    "ImageReader": _legacy_image,
+Build = Callable[[Section, Context], list[Deserializer]]
+
+# legacy reader types: the modules of the registry's formats (HTKMLFReader: the older name of HTKDeserializers)
+LEGACY_READERS: dict[str, Build] = {
+    registry.CTF.brainscript_module: lambda reader, context: _legacy_ctf(reader, context),
+    registry.CBF.brainscript_module: lambda reader, context: _legacy_cbf(reader, context),
+    registry.IMAGE_MAP.brainscript_module: _legacy_image,
     "HTKMLFReader": _legacy_htk,
-    "HTKDeserializers": _legacy_htk,
+    registry.SCP.brainscript_module: _legacy_htk,
 }
 NOT_SUPPORTED_READERS = {
     name: "convert the data to CTF (cntkio reads CTF, CBF, HTK/MLF and image maps)"
@@ -595,13 +600,18 @@ def _legacy_cbf(reader: Section, context: Context) -> list[Deserializer]:
     return _cbf(reader, context, legacy=True)
 
 
-DESERIALIZERS: dict[str, tuple[str, Callable[[Section, Context], list[Deserializer]]]] = {
-    "CNTKTextFormatDeserializer": ("CNTKTextFormatReader", _ctf),
-    "CNTKBinaryFormatDeserializer": ("CNTKBinaryReader", _cbf),
-    "ImageDeserializer": ("ImageReader", _image(ImageDeserializer)),
-    "Base64ImageDeserializer": ("ImageReader", _image(Base64ImageDeserializer)),
-    "HTKFeatureDeserializer": ("HTKDeserializers", _htk_features),
-    "HTKMLFDeserializer": ("HTKDeserializers", _mlf),
+# how the deserializer section of each format is built, in the order messages list them
+_BUILDERS: dict[Format, Build] = {
+    registry.CTF: _ctf,
+    registry.CBF: _cbf,
+    registry.IMAGE_MAP: _image(ImageDeserializer),
+    registry.BASE64_IMAGE: _image(Base64ImageDeserializer),
+    registry.SCP: _htk_features,
+    registry.MLF: _mlf,
+}
+# deserializer type -> (its module, how it is built): the names are the registry's
+DESERIALIZERS: dict[str, tuple[str, Build]] = {
+    form.brainscript_type: (form.brainscript_module, build) for form, build in _BUILDERS.items()
 }
 NOT_SUPPORTED_DESERIALIZERS = {
     "LatticeDeserializer": "lattices are not supported (sequence training); read features and labels without them",
