@@ -148,7 +148,7 @@ def test_a_budget_that_holds_a_chunk_but_not_the_prefetch_degrades_the_prefetch(
         )
     report = source.memory_budget
     assert report is not None and report.requested_threads == 4 and report.threads < 4 and report.window >= 1
-    assert source._cache.threads == report.threads  # the reader runs with what the budget allowed
+    assert source.engine.cache.threads == report.threads  # the reader runs with what the budget allowed
     assert (
         "parse threads (chunks prefetched ahead) 4 -> " in caplog.text and "randomization window 128 ->" in caplog.text
     )
@@ -174,7 +174,7 @@ def test_a_budget_too_small_for_split_parsing_parses_a_chunk_on_one_thread(tmp_p
         deserializer, memory_budget_bytes=budget, num_parse_threads=0, randomize=False, max_sweeps=1
     )
     assert source.memory_budget is not None and not source.memory_budget.split_chunks
-    assert not source._cache.split
+    assert not source.engine.cache.split
     assert sum(len(batch.provenance.units) for batch in iter(lambda: source.next_minibatch(5000), {})) == 150_000
 
 

@@ -5,14 +5,15 @@ MinibatchData."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from cntkio import _native
 from cntkio._src.assemble.minibatch import Minibatch, MinibatchData, Provenance
 from cntkio._src.common.errors import CNTKIOError
 from cntkio._src.common.keys import shorten
 from cntkio._src.corpus.table import SWEEP_VERSIONS, Corpus, LoadKey
-from cntkio._src.reading.chunk_cache import ChunkCache
 
 logger = logging.getLogger("cntkio")
 
@@ -21,14 +22,16 @@ MAX_LOAD_ROUNDS = 3  # the primary's chunks, then the secondaries' (a third roun
 
 
 class Assembler:
-    """Builds minibatches of a corpus from its chunk cache."""
+    """Builds minibatches of a corpus from the chunks in ``store`` (the native chunk store); ``ensure`` loads chunks
+    the store lacks and waits for them (the chunk cache's)."""
 
-    def __init__(self, corpus: Corpus, cache: ChunkCache):
+    def __init__(self, corpus: Corpus, store: _native.ChunkStore, ensure: Callable[[Iterable[LoadKey]], None]):
         self.corpus = corpus
-        self.cache = cache
+        self.ensure = ensure
+        self._sources = [d.source_name for d in corpus.deserializers]
         self.kind = FRAMES if corpus.frame_mode else SEQUENCES
         self.infos = corpus.streams  # deserializer after deserializer, as the native store gathers them
-        self.store = cache.store
+        self.store = store
         self.invalid_units = 0  # units skipped because a counted error left their sequence short
 
     def minibatch(
@@ -51,7 +54,7 @@ class Assembler:
             streams, keep, short, missing = self.store.gather(slots, units, offsets, counts, kind, versions)
             if missing is None:
                 break
-            self.cache.ensure(self._loads(missing, sweeps))  # a chunk first read in this block: load, gather again
+            self.ensure(self._loads(missing, sweeps))  # a chunk first read in this block: load, gather again
         else:
             raise CNTKIOError("chunks needed by a minibatch were dropped while it was read")
         if short is not None:
@@ -64,7 +67,7 @@ class Assembler:
             units = units[kept]
             if pieces is not None:
                 pieces = (pieces[0][kept], pieces[1][kept], pieces[2][kept])
-        provenance = Provenance(self.corpus, units)
+        provenance = Provenance(self.corpus.key_names, self._sources, units)
         result = Minibatch()
         result.provenance = provenance
         for info, (values, lengths, indices, indptr) in zip(self.infos, streams):

@@ -7,13 +7,14 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse
 
-from cntkio._src.common.arrays import exclusive_cumsum
+from cntkio._src.common.arrays import exclusive_cumsum, scipy_sparse
 from cntkio._src.common.streams import StreamInformation
 
 if TYPE_CHECKING:
-    from cntkio._src.corpus.table import Corpus
+    import scipy.sparse
+
+    from cntkio._src.corpus.key_names import KeyNames
 
 
 class MinibatchData:
@@ -149,7 +150,7 @@ class MinibatchData:
         """Sparse streams: every sample as one CSR row, ``(num_samples, dim)``, sharing memory."""
         if not self.is_sparse:
             raise TypeError(f"stream '{self.info.name}' is dense; use .values or .asarray()")
-        return scipy.sparse.csr_matrix(
+        return scipy_sparse().csr_matrix(
             (self.values, self.indices, self.indptr), shape=(self.num_samples, self.sample_shape[0]), copy=False
         )
 
@@ -250,12 +251,14 @@ class Value:
 class Provenance:
     """Where the units of a minibatch come from: ``keys`` lists ``(source, sequence key)`` per unit
     (``(source, (key, frame))`` in frame mode) in the primary deserializer, ``keys_in(d)`` in deserializer
-    ``d`` of a composite; computed when first asked for."""
+    ``d`` of a composite; computed when first asked for. It holds the key columns and file tables only
+    (:class:`~cntkio._src.corpus.key_names.KeyNames`), never the deserializers or their open files."""
 
-    __slots__ = ("__dict__", "_corpus", "_keys", "units")
+    __slots__ = ("__dict__", "_keys", "_names", "sources", "units")
 
-    def __init__(self, corpus: Corpus, units: np.ndarray):
-        self._corpus, self.units = corpus, units
+    def __init__(self, names: KeyNames, sources: list[str], units: np.ndarray):
+        self._names, self.units = names, units
+        self.sources = sources  # the source (file) of each deserializer, primary first
         self._keys: dict[int, list[tuple[str, Any]]] = {}
 
     @property
@@ -264,17 +267,12 @@ class Provenance:
 
     def keys_in(self, deserializer: int) -> list[tuple[str, Any]]:
         if deserializer not in self._keys:
-            self._keys[deserializer] = self._corpus.keys_of(self.units, deserializer)
+            self._keys[deserializer] = self._names.keys_of(self.units, deserializer)
         return self._keys[deserializer]
 
     def columns(self) -> tuple[list[str], np.ndarray, Any]:
-        """The primary's keys as columns (:meth:`Corpus.key_columns`): sources, each unit's source, keys."""
-        return self._corpus.key_columns(self.units, 0)
-
-    @property
-    def sources(self) -> list[str]:
-        """The source (file) of each deserializer, primary first."""
-        return [d.source_name for d in self._corpus.deserializers]
+        """The primary's keys as columns (:meth:`KeyNames.key_columns`): sources, each unit's source, keys."""
+        return self._names.key_columns(self.units, 0)
 
 
 class Minibatch(dict):  # type: ignore[type-arg]

@@ -1,8 +1,26 @@
-"""Vectorised helpers on offset arrays shared by the corpus, the order, the cursor and MinibatchData."""
+"""Vectorised helpers on offset arrays shared by the corpus, the order, the cursor and MinibatchData, and SciPy's
+sparse module loaded on first use."""
 
 from __future__ import annotations
 
+import sys
+from types import ModuleType
+from typing import Any
+
 import numpy as np
+
+
+def issparse(value: Any) -> bool:
+    """``scipy.sparse.issparse`` without importing SciPy (~0.3 s): a SciPy matrix exists only once SciPy is loaded."""
+    module = sys.modules.get("scipy.sparse")
+    return module is not None and bool(module.issparse(value))
+
+
+def scipy_sparse() -> ModuleType:
+    """``scipy.sparse``, imported when first needed."""
+    import scipy.sparse
+
+    return scipy.sparse
 
 
 def exclusive_cumsum(lengths: np.ndarray) -> np.ndarray:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Sequence
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ from cntkio._src.common.arrays import exclusive_cumsum, segment_sums
 from cntkio._src.common.errors import ConfigError
 from cntkio._src.common.streams import StreamInformation
 from cntkio._src.corpus.join import JoinReport, LengthMismatch, join
+from cntkio._src.corpus.key_names import KeyNames
 from cntkio._src.formats.identity import identity_of
 from cntkio._src.formats.protocol import Deserializer
 
@@ -214,52 +216,35 @@ class Corpus:
         frame_starts = None if self.frame_starts is None else self.frame_starts[a : b + 1] - self.frame_starts[a]
         return self.primary, chunk_id, int(self.row0[slot]), rows, int(self.unit_starts[slot]), a, frame_starts
 
+    @cached_property
+    def key_names(self) -> KeyNames:
+        """What naming a unit's key needs, without the deserializers (a delivered minibatch's provenance holds it)."""
+        return KeyNames(
+            [d.sequence_index().keys for d in self.deserializers],
+            [d.file_table() for d in self.deserializers],
+            self.matches,
+            self.primary_ids,
+            int(self.first_sequence),
+            self.frame_starts,
+        )
+
     def sequences_of_units(self, units: np.ndarray) -> np.ndarray:
         """Sequence (in corpus order) of each unit."""
-        if self.frame_starts is None:
-            return units
-        return np.searchsorted(self.frame_starts, units, side="right") - 1
-
-    def _rows_in(self, deserializer: int, sequences: np.ndarray) -> np.ndarray:
-        """The sequence of a deserializer (in its own numbering) joined to each corpus sequence."""
-        if deserializer:
-            return self.matches[deserializer - 1][sequences]
-        if self.primary_ids is not None:
-            return self.primary_ids[sequences]
-        return sequences + self.first_sequence
+        return self.key_names.sequences_of_units(units)
 
     def keys_of(self, units: np.ndarray, deserializer: int = 0) -> list[tuple[str, Any]]:
         """``(source, key)`` of each unit in a deserializer (the primary by default); ``(source, (key,
         frame))`` in frame mode."""
-        reader = self.deserializers[deserializer]
-        sequences = self.sequences_of_units(units)
-        rows = self._rows_in(deserializer, sequences)
-        keys = reader.sequence_index().keys.take(rows)
-        sources = reader.sources_of(rows)
-        if self.frame_starts is not None:
-            frames = (units - self.frame_starts[sequences]).tolist()
-            return [(source, (key, frame)) for source, key, frame in zip(sources, keys, frames)]
-        return list(zip(sources, keys))
-
-    def key_columns(self, units: np.ndarray, deserializer: int = 0) -> tuple[list[str], np.ndarray, Any]:
-        """:meth:`keys_of` as columns: the sources, each unit's number in that list, and the keys — an integer
-        array when they are integers (in sequence mode), else a list."""
-        reader = self.deserializers[deserializer]
-        sequences = self.sequences_of_units(units)
-        rows = self._rows_in(deserializer, sequences)
-        sources, numbers = reader.source_table(rows)
-        ids = None if self.frame_starts is not None else reader.sequence_index().keys.take_array(rows)
-        if ids is None:
-            return sources, numbers, [key for _, key in self.keys_of(units, deserializer)]
-        return sources, numbers, ids
+        return self.key_names.keys_of(units, deserializer)
 
     def describe_unit(self, unit: int, deserializer: int = 0) -> tuple[str, Any, int]:
         """(source, key in a deserializer, length) of a unit's sequence, for messages."""
-        sequence = self.sequences_of_units(np.array([unit], dtype=np.int64))
-        reader = self.deserializers[deserializer]
-        rows = self._rows_in(deserializer, sequence)
-        key = reader.sequence_index().keys.take(rows)[0]
-        return reader.sources_of(rows)[0], key, int(self.lengths[int(sequence[0])])
+        names = self.key_names
+        sequence = names.sequences_of_units(np.array([unit], dtype=np.int64))
+        rows = names.rows_in(deserializer, sequence)
+        files, numbers = names.files[deserializer].of(rows)
+        key = names.keys[deserializer].take(rows)[0]
+        return files[int(numbers[0])], key, int(self.lengths[int(sequence[0])])
 
     def identity(self) -> dict[str, Any]:
         """Identifies the data by content (:mod:`cntkio.identity`): each deserializer's identity, and what the

@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-import scipy.sparse
+
+from cntkio._src.common.arrays import issparse, scipy_sparse
 
 
 def _format_value(value: Any) -> str:
@@ -29,8 +30,8 @@ def _format_dense(value: Any) -> str:
 
 def _check_tensor(alias: str, value: Any) -> Any:
     """The value of an alias as an array, a SciPy sparse matrix or a list of ``{index: value}`` dicts."""
-    if scipy.sparse.issparse(value):
-        return scipy.sparse.csr_matrix(value)
+    if issparse(value):
+        return scipy_sparse().csr_matrix(value)
     if isinstance(value, (list, tuple)) and value and all(isinstance(v, Mapping) for v in value):
         return value
     if isinstance(value, (str, bytes, Mapping)) or value is None:
@@ -45,7 +46,7 @@ def _check_tensor(alias: str, value: Any) -> Any:
 
 
 def _sample_text(tensor: Any, step: int) -> str:
-    if isinstance(tensor, scipy.sparse.csr_matrix):
+    if issparse(tensor):  # (a CSR matrix: _check_tensor made it one)
         row = tensor[step]
         row.sum_duplicates()
         return " ".join(f"{i}:{_format_value(v)}" for i, v in zip(row.indices.tolist(), row.data))

@@ -463,7 +463,9 @@ class EqualStepsReader:
     def _padding(self) -> Minibatch:
         """A padding step's minibatch: no streams, no sequences, no keys."""
         empty = Minibatch()
-        empty.provenance = Provenance(self.source._corpus, np.zeros(0, dtype=np.int64))
+        corpus = self.source.engine.corpus
+        sources = [d.source_name for d in corpus.deserializers]
+        empty.provenance = Provenance(corpus.key_names, sources, np.zeros(0, dtype=np.int64))
         return empty
 
     def get_state(self) -> dict[str, Any]:

@@ -34,8 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from cntkio._src.formats.protocol import DenseStream, ParsedChunk, SparseStream, StreamData
+from cntkio._src.formats.protocol import DenseStream, ParsedChunk, SparseStream
 from cntkio._src.integrations import shm
+from cntkio._src.reading.chunk_cache import Chunk, ChunkName
 
 MAX_WORKERS = 256
 _EPOCH_SHIFT = 40
@@ -43,8 +44,6 @@ _DONE = (1 << _EPOCH_SHIFT) - 1  # the position of a worker that ended its epoch
 _ALIGN = 64
 _LOCAL = -1  # (in place of an inode: the claimant left a ".local" marker, not a file)
 
-ChunkName = tuple[int, int, int]  # (deserializer, chunk, sweep)
-Chunk = dict[str, StreamData]  # what get_chunk returns (a ParsedChunk, or a plain dict)
 
 
 class ChunkExchange:
@@ -58,6 +57,8 @@ class ChunkExchange:
     Raises :class:`cntkio.shm.NotPrivate` when something other than a private directory of this user is found where
     the job's directory, or the epoch's, belongs.
     """
+
+    splits_chunks = False  # (a ChunkLoader: the worker processes are the parallelism)
 
     def __init__(self, job: str, epoch: int, worker: int, workers: int, corpus: str):
         if not 0 <= worker < workers <= MAX_WORKERS:

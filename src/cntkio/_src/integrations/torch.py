@@ -699,7 +699,7 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
         if workers < 2 or not shm.available():
             return None
         streams = [(info.name, info.storage_format, str(info.dtype), info.shape) for info in source.stream_infos()]
-        identity = hashlib.sha256(json.dumps([source._fingerprint(), streams], default=str).encode()).hexdigest()
+        identity = hashlib.sha256(json.dumps([source.fingerprint(), streams], default=str).encode()).hexdigest()
         try:
             exchange = ChunkExchange(shm.job_name(*self._job), epoch, worker, workers, identity[:16])
         except shm.NotPrivate as error:  # another user's doing: nothing found there is used
@@ -707,7 +707,7 @@ class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
             return None
         except (OSError, ValueError):
             return None
-        source._share_chunks(exchange)
+        source.engine.use_loader(exchange)
         return exchange
 
     def close(self) -> None:

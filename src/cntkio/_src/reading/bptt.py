@@ -125,7 +125,7 @@ class BpttSlots:
             rows.append(pieces)
         return rows
 
-    def state(self) -> dict[str, Any]:
+    def get_state(self) -> dict[str, Any]:
         return {
             "slots": [[list(entry) for entry in slot] for slot in self.slots],
             "waiting": [list(w) for w in self.waiting],
@@ -133,7 +133,7 @@ class BpttSlots:
             "merged": None if self.merged is None else [list(entry) for entry in self.merged],
         }
 
-    def restore(self, state: dict[str, Any] | None) -> None:
+    def set_state(self, state: dict[str, Any] | None) -> None:
         state = state or {"slots": [], "waiting": [], "carried": [], "merged": None}
         self.slots = [deque([list(map(int, entry)) for entry in slot]) for slot in state["slots"]]
         self.pending = [sum(length - done for _, done, length in slot) for slot in self.slots]

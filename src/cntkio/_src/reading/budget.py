@@ -31,7 +31,7 @@ from cntkio import _native
 from cntkio._src.common.errors import ConfigError
 from cntkio._src.common.system import available_cores
 from cntkio._src.corpus.table import Corpus
-from cntkio._src.order.algorithms import BLOCK_SPAN, Randomization, merge_step
+from cntkio._src.order import BLOCK_SPAN, Randomization, merge_step
 
 logger = logging.getLogger("cntkio")
 

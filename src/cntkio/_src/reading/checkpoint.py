@@ -274,7 +274,7 @@ def _in_flight(states: list[dict[str, Any]]) -> list[list[int]]:
     pieces: list[list[int]] = []
     for index, state in enumerate(states):
         slots = BpttSlots(0)
-        slots.restore(state)
+        slots.set_state(state)
         owed = slots.in_flight()
         pieces += owed[index :: len(states)] if slots.merged is not None else owed
     return pieces

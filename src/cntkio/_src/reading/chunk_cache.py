@@ -12,8 +12,9 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Protocol
 
 import numpy as np
 
@@ -23,8 +24,36 @@ from cntkio._src.common.streams import StreamInformation
 from cntkio._src.common.system import available_cores, parsing_with
 from cntkio._src.corpus.table import ChunkKey, Corpus, LoadKey
 from cntkio._src.formats.protocol import SparseStream, StreamData
-from cntkio._src.integrations.shared_chunks import ChunkExchange
 from cntkio._src.reading.stats import StageClock
+
+ChunkName = tuple[int, int, int]  # (deserializer number, chunk, sweep)
+Chunk = dict[str, StreamData]  # what get_chunk returns (a ParsedChunk, or a plain dict)
+
+
+class ChunkLoader(Protocol):
+    """How the cache gets a chunk's data: :meth:`load` runs ``parse`` (a deserializer's ``get_chunk``) or gets the
+    data elsewhere; ``release`` hears that the cache dropped a chunk. ``splits_chunks``: whether one chunk may be
+    parsed on several threads. :class:`ParseHere` is the default; the ``DataLoader`` worker exchange
+    (``integrations/shared_chunks.py``) parses each chunk once for every worker process."""
+
+    splits_chunks: bool
+
+    def load(self, name: ChunkName, parse: Callable[[], Chunk], *, wait: bool = True) -> Chunk | None:
+        """The chunk's data; None only with ``wait=False`` when another party is producing it (ask again later)."""
+
+    def release(self, name: ChunkName) -> None: ...
+
+
+class ParseHere:
+    """Every chunk parsed in this process, by the thread that loads it."""
+
+    splits_chunks = True
+
+    def load(self, name: ChunkName, parse: Callable[[], Chunk], *, wait: bool = True) -> Chunk | None:
+        return parse()
+
+    def release(self, name: ChunkName) -> None:
+        pass
 
 
 class ChunkCache:
@@ -69,7 +98,7 @@ class ChunkCache:
         self._awaited: set[int] = set()  # ids of the futures the reading thread waits for
         self._lock = threading.Lock()
         self._closed = False
-        self.exchange: ChunkExchange | None = None  # loader workers share parsed chunks through it
+        self.loader: ChunkLoader = ParseHere()
         self._executor = (
             ThreadPoolExecutor(max_workers=threads, thread_name_prefix="cntkio-parse") if threads > 0 else None
         )
@@ -170,8 +199,7 @@ class ChunkCache:
         self._held[number][slot] = -1
         self.store.clear(number, slot)
         self.dropped += 1
-        if self.exchange is not None:
-            self.exchange.release((number, self.corpus.slot_source(number, slot)[1], sweep))
+        self.loader.release((number, self.corpus.slot_source(number, slot)[1], sweep))
 
     def __len__(self) -> int:
         return len(self._futures)
@@ -184,8 +212,8 @@ class ChunkCache:
             return 1
         if self._executor is None:
             return available_cores()
-        if self.exchange is not None:  # loader workers: the processes are the parallelism (a split chunk's runs would
-            return 1  # wait for each other on oversubscribed cores; measured: less CPU per worker)
+        if not self.loader.splits_chunks:  # loader workers: the processes are the parallelism (a split chunk's runs
+            return 1  # would wait for each other on oversubscribed cores; measured: less CPU per worker)
         with self._lock:
             if self._queued == 0 and id(future) in self._awaited:
                 return self.threads
@@ -228,14 +256,9 @@ class ChunkCache:
         started = time.perf_counter()
         with parsing_with(self._spare_threads(future)):
             parse = functools.partial(deserializer.get_chunk_of_sweep, chunk_id, sweep)  # sweep 0 unless they vary
-            exchange = self.exchange
-            if exchange is None:
-                data = parse()
-            else:
-                shared = exchange.load((number, chunk_id, sweep), parse, wait=waits)
-                if shared is None:
-                    return False
-                data = shared
+            data = self.loader.load((number, chunk_id, sweep), parse, wait=waits)
+            if data is None:
+                return False
         loading = time.perf_counter()
         starts = deserializer.sequence_index().chunk_starts
         sequences = int(starts[chunk_id + 1] - starts[chunk_id])

@@ -17,7 +17,7 @@ import numpy as np
 from cntkio._src.common.arrays import exclusive_cumsum
 from cntkio._src.common.errors import ConfigError
 from cntkio._src.corpus.table import Corpus
-from cntkio._src.order.algorithms import Block, Randomization, SweepOrder
+from cntkio._src.order import Block, Randomization, SweepOrder
 
 ALL_CONSUMED = 2**62  # a layer cursor past every position: that partition read its whole share
 
