@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from cntkio import CTFDeserializer, StreamDef, write_cbf
+from cntkio._src.cli.distributions import IntegerCounts, ValueSample
 from cntkio._src.cli.inspect_ctf import length_summary
 from cntkio._src.cli.main import main
-from cntkio._src.cli.stats import IntegerCounts, ValueSample
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -25,8 +25,20 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from cntkio._src.api.source import DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS, MinibatchSource
+from cntkio._src.api.source import MinibatchSource
+from cntkio._src.cli import progress
+from cntkio._src.cli.common import (
+    add_progress_option,
+    cannot_read,
+    close_source,
+    fail,
+    is_config,
+    open_source,
+    positive_int,
+    write_json,
+)
 from cntkio._src.common.errors import CNTKIOError
+from cntkio._src.common.sentinels import DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS
 from cntkio._src.corpus.table import Corpus
 from cntkio._src.formats.cbf import CBFDeserializer
 from cntkio._src.formats.ctf import CTFDeserializer
@@ -34,13 +46,12 @@ from cntkio._src.formats.protocol import Deserializer
 from cntkio._src.formats.shards import ShardedDeserializer
 from cntkio._src.integrations.equal_steps import RULES, EqualSteps
 from cntkio._src.integrations.workers import worker_of
-from cntkio._src.order.algorithms import Randomization, SweepOrder
+from cntkio._src.order import Randomization, SweepOrder
 
 DEFAULT_MINIBATCH_SIZE = 256
 FIRST_KEYS = 5
 SHOWN_CHUNKS = 12  # chunks listed in the text (the JSON lists all)
 KEY_CHARS = 24  # a key longer than this is cut in the text
-CONFIG_SUFFIXES = (".cntk", ".config")  # what names a BrainScript config rather than a data file
 
 Advance = Callable[[int], None]  # called with the samples a planned minibatch holds (a progress bar)
 
@@ -421,10 +432,8 @@ def _plural(count: int, noun: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------- command line
-def add_explain_command(commands: Any) -> None:
+def add_command(commands: Any) -> None:
     """Adds ``cntkio explain`` to the command line's subparsers."""
-    from cntkio._src.cli.main import positive_int
-
     command = commands.add_parser(
         "explain",
         help="print the reading plan (chunks, windows, what each rank and worker reads) without parsing the data",
@@ -457,10 +466,7 @@ def add_explain_command(commands: Any) -> None:
         "--var", metavar="NAME=VALUE", action="append", default=[], help="CONFIG: a $NAME$ variable (repeatable)"
     )
     command.add_argument("--json", action="store_true", help="print the plan as JSON")
-    command.add_argument(
-        "--progress", action=argparse.BooleanOptionalAction, default=None,
-        help="a progress bar (needs tqdm; default: on a terminal, once planning takes a while)",
-    )  # fmt: skip
+    add_progress_option(command, "a progress bar (needs tqdm; default: on a terminal, once planning takes a while)")
     command.set_defaults(handler=run_explain)
 
 
@@ -469,24 +475,21 @@ def run_explain(args: argparse.Namespace) -> int:
     try:
         source = _open_source(args)
     except (OSError, CNTKIOError, ImportError, ValueError) as e:
-        return _fail(_message(e, args.path))
+        return fail("explain", cannot_read(e, args.path) if isinstance(e, OSError) and e.strerror else str(e))
     try:
         plan = _plan_with_progress(source, args)
     except (CNTKIOError, ValueError) as e:
-        return _fail(str(e))
+        return fail("explain", str(e))
     finally:
-        source.close()
+        close_source(source)
     if args.json:
-        json.dump(plan, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        write_json(plan)
     else:
         write_plan(plan, sys.stdout)
     return 0
 
 
 def _plan_with_progress(source: MinibatchSource, args: argparse.Namespace) -> dict[str, Any]:
-    from cntkio._src.cli import progress
-
     total = args.ranks * args.sweeps * source.sweep_size
     with progress.bar(args.progress, total, "planning", unit="sample") as advance:
         return explain(
@@ -499,7 +502,7 @@ def _open_source(args: argparse.Namespace) -> MinibatchSource:
     path: str = args.path
     if args.window is not None and args.window < 0:
         raise ValueError(f"--window must be >= 0, got {args.window}")
-    if args.section is not None or path.lower().endswith(CONFIG_SUFFIXES):
+    if is_config(path, args.section):
         if args.chunk_size is not None:
             raise ValueError("--chunk-size applies to a FILE; a CONFIG's reader section sets chunkSizeInBytes")
         overrides: dict[str, Any] = {"prefetch": False}  # (what the config sets, unless given here)
@@ -510,7 +513,7 @@ def _open_source(args: argparse.Namespace) -> MinibatchSource:
                 randomization_window_in_chunks=args.window, randomization_window_in_samples=0, randomize=args.window > 0
             )
         variables = dict(_variable(text) for text in args.var)
-        return load_brainscript_reader(path, args.section or "reader", variables or None, **overrides)
+        return open_source(path, section=args.section, variables=variables or None, **overrides)
     if args.var:
         raise ValueError("--var applies to a CONFIG")
     return source_for_file(
@@ -523,25 +526,12 @@ def source_for_file(
     path: str, *, seed: int = 0, window: int = DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS, sweeps: int = 1,
     chunk_size_in_bytes: int | None = None,
 ) -> MinibatchSource:  # fmt: skip
-    """A source of every stream of a CTF or CBF file (:func:`cntkio.open_data.open_deserializer`), as ``cntkio
+    """A source of every stream of a CTF or CBF file (:func:`cntkio._src.cli.common.open_source`), as ``cntkio
     explain`` plans it: ``sweeps`` sweeps, randomized over ``window`` chunks (0: file order) with ``seed``."""
-    from cntkio._src.cli.open_data import open_deserializer
-
-    deserializer = open_deserializer(path, chunk_size_in_bytes=chunk_size_in_bytes)
-    return MinibatchSource(
-        deserializer, max_sweeps=sweeps, randomization_window_in_chunks=window, randomization_seed=seed,
-        randomize=window > 0, prefetch=False,
+    return open_source(
+        path, chunk_size_in_bytes=chunk_size_in_bytes, max_sweeps=sweeps, randomization_window_in_chunks=window,
+        randomization_seed=seed, randomize=window > 0, prefetch=False,
     )  # fmt: skip
-
-
-def load_brainscript_reader(
-    path: str, section: str, variables: dict[str, str] | None, **source_options: Any
-) -> MinibatchSource:
-    """The source a BrainScript config's reader section builds, ``source_options`` overriding the config's
-    (:func:`cntkio.brainscript.load_reader`, imported only here: when a CONFIG is explained)."""
-    from cntkio._src.config.brainscript import load_reader
-
-    return load_reader(path, section, variables, **source_options)
 
 
 def _variable(text: str) -> tuple[str, str]:
@@ -549,14 +539,3 @@ def _variable(text: str) -> tuple[str, str]:
     if not equals or not name:
         raise ValueError(f"--var expects NAME=VALUE, got {text!r}")
     return name, value
-
-
-def _message(error: BaseException, path: str) -> str:
-    if isinstance(error, OSError) and error.strerror:
-        return f"cannot read '{error.filename or path}': {error.strerror}"
-    return str(error)
-
-
-def _fail(message: str) -> int:
-    print(f"cntkio explain: error: {message}", file=sys.stderr)
-    return 2

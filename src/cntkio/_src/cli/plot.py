@@ -1,4 +1,4 @@
-"""``cntkio stats --plot``: the distributions of :mod:`cntkio.distributions` drawn as a PNG figure, or as a
+"""``cntkio stats --plot``: the distributions of :mod:`.distributions` drawn as a PNG figure, or as a
 self-contained HTML page (the figure embedded as base64 PNG, and tables of the numbers; no script).
 
 matplotlib (``pip install 'cntkio[plot]'``) is imported only when a figure is drawn. The figure has a row for the
@@ -15,7 +15,7 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
-from cntkio._src.cli.stats import bin_label, number, stream_sections, summary_text
+from cntkio._src.cli.distributions import bin_label, number, stream_sections, summary_text
 
 SUFFIXES = (".png", ".html")
 DPI = 100

@@ -6,19 +6,19 @@ and prints what each epoch delivered: minibatches, sequences, samples per stream
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from cntkio._src.api.source import MinibatchSource
-    from cntkio._src.config.readers import ReaderPlan
+from cntkio._src.api.source import MinibatchSource
+from cntkio._src.cli import progress
+from cntkio._src.cli.common import add_progress_option, close_source, open_source, write_json
+from cntkio._src.common.errors import CNTKIOError, FormatError
 
 DEFAULT_MINIBATCH_SIZE = 1024
 
 
-def add_read_command(commands: Any) -> None:
+def add_command(commands: Any) -> None:
     """Adds ``cntkio read`` to the command line's subparsers."""
     command = commands.add_parser(
         "read",
@@ -38,35 +38,34 @@ def add_read_command(commands: Any) -> None:
     )  # fmt: skip
     command.add_argument("--base-dir", help="where relative data paths resolve (default: the current directory)")
     command.add_argument("--json", action="store_true", help="print the statistics as JSON")
-    command.add_argument(
-        "--progress", action=argparse.BooleanOptionalAction, default=None,
-        help="a progress bar (needs tqdm; default: on a terminal, once reading takes a while)",
-    )  # fmt: skip
+    add_progress_option(command, "a progress bar (needs tqdm; default: on a terminal, once reading takes a while)")
     command.set_defaults(handler=run_read)
 
 
 def run_read(args: argparse.Namespace) -> int:
     """Runs ``cntkio read``; returns the exit status."""
-    from cntkio._src.api.source import MinibatchSource
-    from cntkio._src.common.errors import CNTKIOError, FormatError
-    from cntkio._src.config.brainscript import load_config, reader_plan
+    from cntkio._src.config.brainscript import load_config
 
     variables = list(args.var) or None
     try:
         config = load_config(args.config, variables)
-        plan = reader_plan(config, args.section, base_dir=args.base_dir)
+        source = open_source(config, section=args.section, base_dir=args.base_dir)
+    except (OSError, CNTKIOError, ValueError) as error:
+        print(f"cntkio read: {error}", file=sys.stderr)
+        return 2
+    try:
         epochs, minibatch_size = _training_loop(config, args)
     except (OSError, CNTKIOError, ValueError) as error:
+        close_source(source)
         print(f"cntkio read: {error}", file=sys.stderr)
         return 2
     report: dict[str, Any] = {"config": args.config, "section": args.section, "minibatch_size": minibatch_size}
     try:
-        with MinibatchSource(plan.deserializers, **plan.options) as source:
-            streams = source.stream_infos()
-            report["streams"] = {i.name: {"shape": list(i.shape), "format": i.storage_format} for i in streams}
-            report["epoch_size"] = None if source.is_infinite() else int(source.epoch_size)
-            report["epochs"] = [_read_epoch(source, plan, epoch, minibatch_size, args) for epoch in range(epochs)]
-            report["stages"] = str(source.stats())
+        streams = source.stream_infos()
+        report["streams"] = {i.name: {"shape": list(i.shape), "format": i.storage_format} for i in streams}
+        report["epoch_size"] = None if source.is_infinite() else int(source.epoch_size)
+        report["epochs"] = [_read_epoch(source, epoch, minibatch_size, args) for epoch in range(epochs)]
+        report["stages"] = str(source.stats())
     except FormatError as error:
         print(f"cntkio read: {error}", file=sys.stderr)
         return 1
@@ -74,10 +73,9 @@ def run_read(args: argparse.Namespace) -> int:
         print(f"cntkio read: {error}", file=sys.stderr)
         return 2
     finally:
-        plan.close()
+        close_source(source)
     if args.json:
-        json.dump(report, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        write_json(report)
     else:
         _print(report)
     return 1 if any(epoch["errors"] for epoch in report["epochs"]) else 0
@@ -102,14 +100,10 @@ def _training_loop(config: Any, args: argparse.Namespace) -> tuple[int, int]:
     return epochs, size
 
 
-def _read_epoch(
-    source: MinibatchSource, plan: ReaderPlan, epoch: int, minibatch_size: int, args: argparse.Namespace
-) -> dict[str, Any]:
-    from cntkio._src.cli import progress
-
+def _read_epoch(source: MinibatchSource, epoch: int, minibatch_size: int, args: argparse.Namespace) -> dict[str, Any]:
     if not source.is_infinite():
         source.start_epoch(epoch)
-    errors_before = _errors(plan)
+    errors_before = _errors(source)
     samples = dict.fromkeys(source.streams, 0)
     minibatches = sequences = 0
     started, cpu = time.perf_counter(), time.process_time()
@@ -127,16 +121,16 @@ def _read_epoch(
         "minibatches": minibatches,
         "sequences": sequences,
         "samples": samples,
-        "errors": _errors(plan) - errors_before,
+        "errors": _errors(source) - errors_before,
         "seconds": round(seconds, 4),
         "cpu_seconds": round(time.process_time() - cpu, 4),
         "samples_per_second": round(max(samples.values(), default=0) / seconds) if seconds > 0 else None,
     }
 
 
-def _errors(plan: ReaderPlan) -> int:
+def _errors(source: MinibatchSource) -> int:
     """Errors counted so far (bad records skipped under max_errors) by the reader's deserializers."""
-    return sum(getattr(getattr(d, "errors", None), "count", 0) for d in plan.deserializers)
+    return sum(getattr(getattr(d, "errors", None), "count", 0) for d in source.deserializers)
 
 
 def _print(report: dict[str, Any]) -> None:

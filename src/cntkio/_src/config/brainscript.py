@@ -83,7 +83,7 @@ def reader_plan(
 
 
 def load_reader(
-    path_or_text: str | os.PathLike[str],
+    path_or_text: Section | str | os.PathLike[str],
     section: str = "reader",
     variables: Variables = None,
     *,
@@ -100,6 +100,7 @@ def load_reader(
     ``epochSize`` (the reader's, or of the ``SGD`` section beside it; 0 or absent: one sweep), so
     ``source.start_epoch(e)`` reads epoch ``e`` as CNTK's training loop did. ``compat=True`` reads exactly as
     CNTK did: its randomized order and its CTF parsing quirks (``MinibatchSource(compat=True)``).
+    ``path_or_text`` may be a config :func:`load_config` parsed (``variables`` are then already applied).
     """
     plan = reader_plan(path_or_text, section, variables, base_dir=base_dir, compat=compat)
     try:

@@ -1,8 +1,9 @@
 """Which kind of file is this? The format of a data or config file, from its first bytes and its name.
 
-Only the first :data:`SAMPLE_BYTES` are read. A format cntkio reads is recognised by its content (CBF magic,
-``#!MLF!#``, ``|name`` fields, tab-separated image map columns, SCP entries, reader config keys); the file name
-extension decides only between text formats whose content is ambiguous. Anything else is described (binary data,
+Only the first :data:`SAMPLE_BYTES` are read. A format cntkio reads (:mod:`cntkio._src.formats.registry`) is
+recognised by its content (the magic numbers and text headers of the registry, ``|name`` fields, tab-separated image
+map columns, SCP entries, reader config keys); the registry's name extensions decide only between text formats whose
+content is ambiguous. Anything else is described (binary data,
 compressed, an image, an HTK feature file, plain text) so that a command can say what the file seems to be.
 """
 
@@ -13,20 +14,11 @@ import re
 import struct
 from dataclasses import dataclass
 
-from cntkio._src.formats.cbf_writer import MAGIC
+from cntkio._src.formats import registry
+from cntkio._src.formats.registry import BASE64_IMAGE, CONFIG, CTF, IMAGE_MAP, MLF, SCP
 
 SAMPLE_BYTES = 64 * 1024
 
-# formats cntkio reads (what `cntkio inspect --format` takes), and their names
-FORMATS = ("ctf", "cbf", "scp", "mlf", "image-map", "base64-image", "config")
-TITLES = {
-    "ctf": "CTF (CNTK text format)", "cbf": "CBF (CNTK binary format)", "scp": "an SCP list of HTK feature files",
-    "mlf": "an HTK master label file (MLF)", "image-map": "an image map file", "base64-image": "a Base64 image file",
-    "config": "a BrainScript config",
-}  # fmt: skip
-
-CBF_MAGIC = struct.pack("<Q", MAGIC)  # b"nib_ktnc"
-MLF_HEADER = b"#!MLF!#"
 _MAGICS = {
     b"\x1f\x8b": "gzip-compressed data (decompress it first)",
     b"PK\x03\x04": "a zip archive (image map files may name images inside one as archive.zip@/path.jpg)",
@@ -37,7 +29,6 @@ _MAGICS = {
     b"\x89PNG": "a PNG image (list images in an image map file: path<TAB>label)",
     b"\x93NUMPY": "a NumPy .npy array (MinibatchSourceFromData reads arrays)",
 }
-_CONFIG_EXTENSIONS = (".cntk", ".bs", ".config")
 _HTK_EXTENSIONS = (".mfc", ".fbank", ".plp", ".htk", ".ark", ".fea", ".feat")
 _IMAGE_EXTENSIONS = (b".jpg", b".jpeg", b".png", b".bmp", b".gif", b".tif", b".tiff", b".webp", b".ppm", b".pgm")
 _CTF_FIELD = re.compile(rb"\|(#|[^\s|]+)")
@@ -50,14 +41,14 @@ _INTEGER = re.compile(rb"^\s*\+?\d+\s*$")
 
 @dataclass(frozen=True)
 class Detection:
-    """What a file seems to be: ``format`` is one of :data:`FORMATS` when cntkio reads it, else ``None``;
+    """What a file seems to be: ``format`` is the name of a format of the registry when cntkio reads it, else ``None``;
     ``reason`` says what gave it away (or, without a format, what the file seems to be)."""
 
     format: str | None
     reason: str
 
     def __str__(self) -> str:
-        return self.reason if self.format is None else f"{TITLES[self.format]} ({self.reason})"
+        return self.reason if self.format is None else f"{registry.get(self.format).title} ({self.reason})"
 
 
 def detect(path: str | os.PathLike[str]) -> Detection:
@@ -70,12 +61,14 @@ def detect(path: str | os.PathLike[str]) -> Detection:
 def detect_bytes(sample: bytes, name: str = "") -> Detection:
     """The format of a file starting with ``sample`` (its first bytes) and named ``name``."""
     extension = os.path.splitext(name)[1].lower()
+    named = registry.by_extension(name)
     if not sample:
-        return Detection("ctf" if extension not in _CONFIG_EXTENSIONS else "config", "the file is empty")
-    if sample.startswith(CBF_MAGIC):
-        return Detection("cbf", "it starts with the magic 'nib_ktnc'")
+        return Detection((CONFIG if named is CONFIG else CTF).name, "the file is empty")
+    known = registry.by_magic(sample)
+    if known is not None:
+        return Detection(known.name, f"it starts with the magic '{known.magic.decode('latin-1')}'")
     if sample.startswith((b"\xff\xfe", b"\xfe\xff")):
-        return Detection("ctf", "UTF-16 text (the CTF reader reads UTF-8 only)")
+        return Detection(CTF.name, "UTF-16 text (the CTF reader reads UTF-8 only)")
     for magic, what in _MAGICS.items():
         if sample.startswith(magic):
             return Detection(None, what)
@@ -86,28 +79,28 @@ def detect_bytes(sample: bytes, name: str = "") -> Detection:
         return Detection(None, "binary data (NUL or control bytes, or not UTF-8)")
     lines = [line for line in text.split(b"\n")[:-1] or [text] if line.strip()]
     if not lines:
-        return Detection("ctf", "only blank lines")
-    if lines[0].strip() == MLF_HEADER or MLF_HEADER in text[:200]:
-        return Detection("mlf", "it starts with '#!MLF!#'")
-    if extension in _CONFIG_EXTENSIONS or len(_CONFIG.findall(text)) >= 2:
-        return Detection("config", "its name, or reader/readerType/deserializers keys")
+        return Detection(CTF.name, "only blank lines")
+    if lines[0].strip() == MLF.header or MLF.header in text[:200]:
+        return Detection(MLF.name, f"it starts with '{MLF.header.decode()}'")
+    if named is CONFIG or len(_CONFIG.findall(text)) >= 2:
+        return Detection(CONFIG.name, "its name, or reader/readerType/deserializers keys")
     with_fields = sum(1 for line in lines if _CTF_FIELD.search(line))
     names = {m.group(1) for line in lines for m in _CTF_NAME.finditer(line)}
     good_names = sum(1 for n in names if any(c.isalnum() for c in n.decode("utf-8", "replace")))
     if with_fields >= 0.5 * len(lines) and names and good_names >= 0.5 * len(names):
-        return Detection("ctf", f"{with_fields:,} of the first {len(lines):,} lines have '|name' fields")
+        return Detection(CTF.name, f"{with_fields:,} of the first {len(lines):,} lines have '|name' fields")
     columns = [line.rstrip(b"\r").split(b"\t") for line in lines]
     if all(len(c) in (2, 3) for c in columns):
         if all(_BASE64.match(c[-1]) and _INTEGER.match(c[-2]) for c in columns):
-            return Detection("base64-image", "lines of [key<TAB>]label<TAB>base64")
+            return Detection(BASE64_IMAGE.name, "lines of [key<TAB>]label<TAB>base64")
         if all(_INTEGER.match(c[-1]) for c in columns):
             images = any(c[-2].lower().endswith(_IMAGE_EXTENSIONS) or b"@" in c[-2] for c in columns)
             why = "image paths" if images else "paths"
-            return Detection("image-map", f"lines of [key<TAB>]path<TAB>label ({why})")
+            return Detection(IMAGE_MAP.name, f"lines of [key<TAB>]path<TAB>label ({why})")
     if sum(1 for line in lines if _SCP_LINE.match(line.strip())) >= 0.9 * len(lines):
-        return Detection("scp", "lines of name=path[start,end]")
-    if extension == ".scp":
-        return Detection("scp", "the file name ends with .scp")
+        return Detection(SCP.name, "lines of name=path[start,end]")
+    if named is SCP:
+        return Detection(SCP.name, f"the file name ends with {extension}")
     bad = f", and its names look wrong ({_names(names)})" if names and with_fields >= 0.5 * len(lines) else ""
     return Detection(
         None,
