@@ -21,6 +21,7 @@ import numpy as np
 
 from cntkio._src.common.errors import ConfigError, FormatError, Location
 from cntkio._src.common.streams import StreamDef
+from cntkio._src.formats import registry
 from cntkio._src.formats.ctf import DEFAULT_CHUNK_SIZE_IN_BYTES, CTFDeserializer
 from cntkio._src.formats.ctf_infer import infer_streams
 from cntkio._src.formats.protocol import Deserializer, SparseStream, StreamData
@@ -155,7 +156,7 @@ class Report:
     size: int
     streams_inferred: bool
     streams: list[StreamStats]
-    format: str = "ctf"
+    format: str = registry.CTF.name
     detected: str = ""  # why the file was taken for this format
     summary: dict[str, Any] = field(default_factory=dict)
     sequence_lengths: dict[str, Any] | None = None

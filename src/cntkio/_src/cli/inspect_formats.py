@@ -29,6 +29,7 @@ from cntkio._src.cli.inspect_ctf import (
 )
 from cntkio._src.common.errors import FormatError, Location
 from cntkio._src.common.streams import StreamDef, StreamDefs
+from cntkio._src.formats import registry
 from cntkio._src.formats.cbf import CBFDeserializer
 from cntkio._src.formats.error_ledger import ErrorLedger
 from cntkio._src.formats.htk_features import HTKFeatureDeserializer
@@ -96,7 +97,7 @@ def inspect_reader(reader: Deserializer, *, progress: Progress | None = None) ->
 
 def inspect_cbf(path: str, *, progress: Progress | None = None, preview: int = 0) -> Report:
     """A CBF file: its streams (as stored), chunks and sequences, every chunk decoded."""
-    report = Report(path, os.path.getsize(path), False, [], format="cbf")
+    report = Report(path, os.path.getsize(path), False, [], format=registry.CBF.name)
     try:
         reader = CBFDeserializer(path, trace_level=0)
     except FormatError as e:
@@ -115,7 +116,7 @@ def inspect_cbf(path: str, *, progress: Progress | None = None, preview: int = 0
 def inspect_scp(path: str, *, progress: Progress | None = None, preview: int = 0) -> Report:
     """HTK features listed in an SCP file: the dimension from the first readable file, then every utterance read
     (missing files and bad ranges are errors)."""
-    report = Report(path, os.path.getsize(path), False, [], format="scp")
+    report = Report(path, os.path.getsize(path), False, [], format=registry.SCP.name)
     try:
         entries = parse_scp(path)
     except FormatError as e:
@@ -155,7 +156,7 @@ def inspect_scp(path: str, *, progress: Progress | None = None, preview: int = 0
 def inspect_mlf(path: str, *, labels: str | None = None, preview: int = 0) -> Report:
     """An MLF file: entries, frames and the label distribution. Without a state list (``labels``), label lines
     with class ids use them; names alone are numbered in sorted order (ids that are not the model's)."""
-    report = Report(path, os.path.getsize(path), False, [], format="mlf")
+    report = Report(path, os.path.getsize(path), False, [], format=registry.MLF.name)
     states = read_state_list(labels) if labels is not None else None
     try:
         index = parse_mlf(path, states, len(states) if states else MAX_DIM, max_errors=None)
@@ -212,7 +213,8 @@ def inspect_image_map(
 ) -> Report:
     """An image map file (``base64=False``) or a Base64 image file: images, the label distribution, missing files
     or undecodable payloads (errors), and the sizes of a sample of images (every image with ``full``)."""
-    report = Report(path, os.path.getsize(path), False, [], format="base64-image" if base64 else "image-map")
+    form = registry.BASE64_IMAGE if base64 else registry.IMAGE_MAP
+    report = Report(path, os.path.getsize(path), False, [], format=form.name)
     try:
         if base64:
             index = index_base64(path, label_dim=_ANY_LABEL)

@@ -56,7 +56,7 @@ def print_report(report: Report, out: TextIO, *, all_errors: bool = False) -> No
     if report.streams:
         origin = (
             "inferred from a full scan of the file" if report.streams_inferred
-            else "as given by --stream" if report.format == "ctf" else "as the file declares them"
+            else "as given by --stream" if report.format == registry.CTF.name else "as the file declares them"
         )  # fmt: skip
         out.write(f"streams    {len(report.streams)}, {origin}\n")
         _write_table(out, [_stream_row(s) for s in data["streams"]])
