@@ -152,6 +152,7 @@ def open_source(
 
 def close_source(source: MinibatchSource) -> None:
     """Closes a source :func:`open_source` made, and its deserializers (the command owns them)."""
+    deserializers = source.deserializers
     source.close()
-    for deserializer in source.deserializers:
+    for deserializer in deserializers:
         getattr(deserializer, "close", lambda: None)()
