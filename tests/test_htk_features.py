@@ -19,12 +19,12 @@ from cntkio import (
     CTFDeserializer,
     DeserializerGroup,
     FormatError,
+    HTKFeatureDeserializer,
     MaxErrorsExceeded,
     MinibatchSource,
     StreamDef,
     StreamDefs,
 )
-from cntkio._src.formats.htk_features import HTKFeatureDeserializer
 from cntkio.htk import ScpEntry, write_archive, write_features, write_scp
 from order_helpers import assert_exactly_once, keys_of, read, snapshot
 
@@ -495,7 +495,7 @@ import numpy as np
 sys.path.insert(0, {tests!r})
 resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 from cntkio import MinibatchSource, StreamDef, StreamDefs
-from cntkio.formats.htk_features import HTKFeatureDeserializer
+from cntkio import HTKFeatureDeserializer
 from cntkio.htk import write_features
 from order_helpers import keys_of, read
 root = {root!r}

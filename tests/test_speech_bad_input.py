@@ -149,7 +149,7 @@ FAULT = """
 import os, sys
 import numpy as np
 from cntkio import MinibatchSource, StreamDef, StreamDefs
-from cntkio.formats.htk_features import HTKFeatureDeserializer
+from cntkio._src.formats.htk_features import HTKFeatureDeserializer
 from cntkio.htk import write_archive, write_scp
 root = sys.argv[1]
 utterances = {{f"u{{i}}": np.full((50, 8), i, np.float32) for i in range(400)}}

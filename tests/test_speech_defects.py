@@ -37,7 +37,7 @@ import os, resource, sys
 resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 import numpy as np
 from cntkio import MinibatchSource, StreamDef, StreamDefs
-from cntkio.formats.htk_features import FILES_PER_READ, HTKFeatureDeserializer
+from cntkio._src.formats.htk_features import FILES_PER_READ, HTKFeatureDeserializer
 from cntkio.htk import write_features
 root = sys.argv[1]
 count = 200
@@ -87,7 +87,7 @@ import sys
 sys.modules["resource"] = None  # as on platforms without it: `import resource` raises ImportError
 import numpy as np
 from cntkio import StreamDef, StreamDefs
-from cntkio.formats.htk_features import FILES_PER_READ, HTKFeatureDeserializer
+from cntkio._src.formats.htk_features import FILES_PER_READ, HTKFeatureDeserializer
 from cntkio.htk import write_archive, write_scp
 root = sys.argv[1]
 write_scp(f"{root}/a.scp", write_archive(f"{root}/a.ark", {"u0": np.zeros((3, 2), np.float32)}))

@@ -15,14 +15,14 @@ Example::
     mb[source.streams.features].data.shape     # (sequences, steps, 3), as CNTK's Value
 """
 
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING
 
-from cntkio._src.api.source import MinibatchSource, TraceLevel
+from cntkio._src.api.source import TraceLevel
 from cntkio._src.api.user import MinibatchSourceFromData, UserDeserializer, UserMinibatchSource
 from cntkio._src.assemble.minibatch import MinibatchData, Value
 from cntkio._src.common.sentinels import DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS, FULL_DATA_SWEEP, INFINITELY_REPEAT
 from cntkio._src.common.streams import Record, StreamConfiguration, StreamDef, StreamDefs, StreamInformation
-from cntkio._src.compat.legacy import MAX_UI64
+from cntkio._src.compat.legacy import MAX_UI64, LatticeDeserializer
 from cntkio._src.compat.legacy_sources import (
     DEFAULT_RANDOMIZATION_WINDOW,
     INFINITE_SAMPLES,
@@ -32,21 +32,25 @@ from cntkio._src.compat.legacy_sources import (
     minibatch_source,
     text_format_minibatch_source,
 )
-from cntkio._src.formats.cbf import CBFDeserializer
-from cntkio._src.formats.ctf import CTFDeserializer
+from cntkio._src.compat.minibatch_source import MinibatchSource
 from cntkio._src.formats.ctf_writer import sequence_to_cntk_text_format
-from cntkio._src.formats.htk_features import HTKFeatureDeserializer
-from cntkio._src.formats.htk_labels import HTKMLFDeserializer
-from cntkio._src.formats.image import Base64ImageDeserializer, ImageDeserializer
 from cntkio._src.formats.protocol import Deserializer
 from cntkio.io import transforms
 
-
-def LatticeDeserializer(*args: Any, **kwargs: Any) -> NoReturn:  # CNTK's name
-    """Not implemented: CNTK's lattice reader (sequence training of speech models) has no cntkio equivalent."""
-    raise NotImplementedError(
-        "cntkio does not implement LatticeDeserializer (CNTK's lattice reader for sequence training); "
-        "HTKFeatureDeserializer and HTKMLFDeserializer read the features and labels"
+if TYPE_CHECKING:  # to type checkers the public names are the classes, whose arguments the faces take
+    from cntkio._src.formats.cbf import CBFDeserializer
+    from cntkio._src.formats.ctf import CTFDeserializer
+    from cntkio._src.formats.htk_features import HTKFeatureDeserializer
+    from cntkio._src.formats.htk_labels import HTKMLFDeserializer
+    from cntkio._src.formats.image import Base64ImageDeserializer, ImageDeserializer
+else:  # cntkio's faces of the classes, which also take CNTK's spellings (compat/faces.py)
+    from cntkio._src.compat.faces import (
+        Base64ImageDeserializer,
+        CBFDeserializer,
+        CTFDeserializer,
+        HTKFeatureDeserializer,
+        HTKMLFDeserializer,
+        ImageDeserializer,
     )
 
 

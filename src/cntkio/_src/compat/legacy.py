@@ -4,13 +4,15 @@
   ``sample_based_randomization_window``) and ``next_minibatch``'s ``minibatch_size_in_sequences``:
   :func:`source_keywords`, :func:`sequence_limit`.
 * Streams mapped after construction (``CTFDeserializer(path).map_input(...)``,
-  ``ImageDeserializer(path).map_features(...).map_labels(...)``): :class:`CTFStreamMapping` and
-  :class:`ImageStreamMapping` hold the mapping and build the real deserializer — which indexes the file — when a
-  ``MinibatchSource`` first uses them (:func:`build_deferred`); the streams are final from then on.
+  ``ImageDeserializer(path).map_features(...).map_labels(...)``, made by the public names: ``faces.py``):
+  :class:`CTFStreamMapping` and :class:`ImageStreamMapping` hold the mapping and build the real deserializer — which
+  indexes the file — when a ``MinibatchSource`` first uses them (:func:`build_deferred`); the streams are final from
+  then on.
 * The static transform helpers of CNTK 2.0's ``ImageDeserializer`` (:func:`crop`, :func:`scale`, :func:`mean`,
   :func:`color`), with their 2.0 signatures.
 
-This module imports nothing that builds sources, so the core may import it.
+The core never imports this module: the edge (``cntkio``, ``cntkio.io`` and ``compat/``) translates before calling
+it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import math
 import numbers
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from cntkio._src.common.errors import ConfigError
 from cntkio._src.common.sentinels import DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS, FULL_DATA_SWEEP, INFINITELY_REPEAT
@@ -249,6 +251,14 @@ def build_deferred(deserializers: Any) -> Any:
     if isinstance(deserializers, (list, tuple)) and not isinstance(deserializers, DeserializerGroup):
         return [d.build() if isinstance(d, DeferredDeserializer) else d for d in deserializers]
     return deserializers
+
+
+def LatticeDeserializer(*args: Any, **kwargs: Any) -> NoReturn:  # CNTK's name
+    """Not implemented: CNTK's lattice reader (sequence training of speech models) has no cntkio equivalent."""
+    raise NotImplementedError(
+        "cntkio does not implement LatticeDeserializer (CNTK's lattice reader for sequence training); "
+        "HTKFeatureDeserializer and HTKMLFDeserializer read the features and labels"
+    )
 
 
 # --- CNTK 2.0's ImageDeserializer.crop/scale/mean/color --------------------------------------------------------------

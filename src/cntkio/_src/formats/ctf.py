@@ -16,7 +16,6 @@ from cntkio._src.common.errors import ConfigError, FormatError, Location
 from cntkio._src.common.keys import KeyColumn, NumericKeys, RangeKeys, TextKeys
 from cntkio._src.common.streams import StreamInformation, iter_stream_defs, parse_precision
 from cntkio._src.common.system import available_cores, parse_parallelism
-from cntkio._src.compat.legacy import CTFStreamMapping
 from cntkio._src.formats.data_file import DataFile, FileBacked
 from cntkio._src.formats.error_ledger import ANY_CHUNK, ErrorLedger, ErrorRows
 from cntkio._src.formats.identity import DIGEST_SCHEME, file_entry, index_digest
@@ -96,12 +95,12 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
     place (size or modification time) since it was indexed is an error, never other data under old keys.
 
     Args:
-        filename: path of the CTF file; or a list of files, or a glob pattern, read as one corpus
-            (:mod:`cntkio.formats.shards`: a :class:`~cntkio.formats.shards.ShardedDeserializer` of one reader
-            per file, in the list's order or sorted by path).
-        streams: ``StreamDefs(name=StreamDef(field=alias, shape=dim, is_sparse=...))``. Without it (CNTK 2.0's
-            fluent form) the result is a :class:`~cntkio.legacy.CTFStreamMapping` whose ``map_input(name, dim,
-            format, alias)`` adds the streams; the file is indexed when a ``MinibatchSource`` first uses it.
+        filename: path of the CTF file. Several files (a list, or a glob pattern) are read as one corpus by
+            :meth:`CTFDeserializer.sharded` (``formats/shards.py``: a ``ShardedDeserializer`` of one reader per file,
+            in the list's order or sorted by path), which ``cntkio.CTFDeserializer`` calls when given several.
+        streams: ``StreamDefs(name=StreamDef(field=alias, shape=dim, is_sparse=...))``. (``cntkio.io``'s
+            ``CTFDeserializer(path)`` without streams is CNTK 2.0's fluent form: ``compat/legacy.py``'s
+            ``CTFStreamMapping``, whose ``map_input(name, dim, format, alias)`` adds the streams.)
         max_errors: number of distinct bad records tolerated (skipped, counted, logged).
         skip_sequence_ids: every line is a sequence; leading ids are ignored.
         chunk_size_in_bytes: target chunk size; a sequence never spans chunks.
@@ -121,11 +120,6 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
         reader = CTFDeserializer("train.ctf", StreamDefs(x=StreamDef(field="x", shape=3)))
         chunk = reader.get_chunk(0)       # {"x": DenseStream(values, seq_offsets)}
     """
-
-    def __new__(cls, filename: Any = None, streams: Any = None, *args: Any, **kwargs: Any) -> Any:
-        if streams is None and filename is not None and not args:  # CNTK 2.0: streams come from map_input
-            return CTFStreamMapping(cls, filename, kwargs)
-        return super().__new__(cls, filename, streams, *args, **kwargs)
 
     def __init__(
         self,
@@ -419,7 +413,8 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
         starts = self.sequence_index().chunk_starts
         first, last = starts[:-1], starts[1:] - 1
         offsets = self._offsets.astype(np.int64, copy=False)
-        return offsets[last] + self._sizes[last].astype(np.int64) - offsets[first]
+        sizes: np.ndarray = offsets[last] + self._sizes[last].astype(np.int64) - offsets[first]
+        return sizes
 
     def describe(self) -> dict[str, Any]:
         """Summary of the index (for ``cntkio inspect``)."""

@@ -234,9 +234,9 @@ class HTKFeatureDeserializer(IndexedDeserializer):
             repeated. ``max_sequence_length`` (default: no limit): longer utterances are skipped (reported).
             ``defines_mb_size`` is passed on. ``broadcast=True`` (CNTK's ``expandToUtterance``): every SCP entry
             holds one frame (an i-vector, say), repeated to the length of the joined primary utterance; such a
-            deserializer must follow the one it is joined to. Several streams give several deserializers (one
-            per stream, joined by key): the call then returns a :class:`~cntkio.DeserializerGroup`, which
-            :class:`~cntkio.MinibatchSource` takes as if they were listed one by one.
+            deserializer must follow the one it is joined to. One stream only: several are read by one
+            deserializer each, joined by key (:meth:`per_stream`, which ``cntkio.HTKFeatureDeserializer`` calls
+            when given several, as CNTK took them).
         prefix_path: CNTK's ``prefixPathInSCP`` (put in front of every physical path).
         precision: ``'float'`` (float32) or ``'double'`` (float64).
         max_errors: bad utterances (a range past the end of its file or reversed, an archive that cannot be
@@ -256,11 +256,18 @@ class HTKFeatureDeserializer(IndexedDeserializer):
         source = MinibatchSource(features, frame_mode=True)
     """
 
-    def __new__(cls, streams: Any, **kwargs: Any) -> Any:
-        definitions = list(iter_stream_defs(streams))
-        if len(definitions) > 1:  # one deserializer per stream, like CNTK
-            return DeserializerGroup(cls(StreamDefs(**{name: d}), **kwargs) for name, d in definitions)
-        return super().__new__(cls)
+    @classmethod
+    def per_stream(cls, streams: Any, **kwargs: Any) -> DeserializerGroup:
+        """One deserializer per stream of ``streams`` (the other arguments shared), as a
+        :class:`~cntkio.DeserializerGroup`, which :class:`~cntkio.MinibatchSource` takes as if they were listed one
+        by one (joined by key, in order).
+
+        Example::
+
+            features = HTKFeatureDeserializer.per_stream(StreamDefs(
+                mfcc=StreamDef(shape=13, scp="a.scp"), ivector=StreamDef(shape=100, scp="iv.scp", broadcast=True)))
+        """
+        return DeserializerGroup(cls(StreamDefs(**{name: d}), **kwargs) for name, d in iter_stream_defs(streams))
 
     def __init__(
         self,
@@ -285,8 +292,14 @@ class HTKFeatureDeserializer(IndexedDeserializer):
         self.trace_level = int(trace_level)
         self._files = _OpenFiles(_open_file_limit())
         definitions = list(iter_stream_defs(streams))
-        if len(definitions) != 1:
+        if not definitions:
             raise ConfigError("HTKFeatureDeserializer needs at least one stream")
+        if len(definitions) > 1:
+            names = ", ".join(name for name, _ in definitions)
+            raise ConfigError(
+                f"HTKFeatureDeserializer reads one stream, got {len(definitions)} ({names}): "
+                "HTKFeatureDeserializer.per_stream(streams, ...) gives one deserializer per stream"
+            )
         self.stream_name, definition = definitions[0]
         name = self.stream_name
         if definition.field is not None:

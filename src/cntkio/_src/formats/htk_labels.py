@@ -16,7 +16,6 @@ import numpy as np
 from cntkio._src.common.arrays import narrow_lengths
 from cntkio._src.common.errors import ConfigError, FormatError, Location
 from cntkio._src.common.streams import StreamInformation, iter_stream_defs, parse_precision
-from cntkio._src.compat.legacy import deprecated
 from cntkio._src.formats.data_file import FileIdentity, read_whole, rebuild_unchanged
 from cntkio._src.formats.error_ledger import ErrorLedger
 from cntkio._src.formats.identity import array_digest
@@ -63,8 +62,8 @@ class HTKMLFDeserializer(IndexedDeserializer):
             ``defines_mb_size`` is honoured.
         phone_boundaries: the first frame of every label segment (every label line) gets the value 2.0 instead
             of 1.0 (CTC training). As in CNTK, ``MinibatchSource(frame_mode=True)`` refuses such labels (the 2.0
-            values would come through on isolated frames, where they mean nothing). CNTK's ``phoneBoundaries=``
-            spelling works too (deprecated).
+            values would come through on isolated frames, where they mean nothing). (CNTK's ``phoneBoundaries=``
+            spelling is translated by ``cntkio.HTKMLFDeserializer``, deprecated.)
         chunk_size_in_bytes: utterances are grouped, in MLF order, into chunks of about this many bytes of
             *parsed* labels (per frame: the value, a 4-byte column index and an 8-byte row pointer, so 16
             bytes in float32); an utterance is never split, so a longer one is a chunk of its own. This is what
@@ -111,11 +110,7 @@ class HTKMLFDeserializer(IndexedDeserializer):
         precision: str = "float",
         max_errors: int = 0,
         trace_level: int = 1,
-        phoneBoundaries: bool | None = None,
     ):
-        if phoneBoundaries is not None:  # CNTK 2.x's spelling
-            deprecated("HTKMLFDeserializer(phoneBoundaries=...)", "phone_boundaries=...")
-            phone_boundaries = phoneBoundaries
         self._arguments = (
             (label_mapping_file, streams, phone_boundaries),
             {

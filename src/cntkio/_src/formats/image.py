@@ -25,7 +25,6 @@ from cntkio import _native
 from cntkio._src.common.errors import ConfigError, FormatError, Location
 from cntkio._src.common.keys import KeyColumn, ObjectKeys, TextKeys
 from cntkio._src.common.streams import StreamInformation, iter_stream_defs, parse_precision
-from cntkio._src.compat import legacy
 from cntkio._src.formats.data_file import DataFile, read_whole, rebuild_unchanged, require_regular_file
 from cntkio._src.formats.error_ledger import ErrorLedger
 from cntkio._src.formats.identity import array_digest, file_entry
@@ -184,7 +183,8 @@ class ImageDeserializerBase(IndexedDeserializer):
             except (ValueError, RuntimeError):
                 image = None  # not decodable this way (CMYK, damaged): OpenCV decides
             if image is not None:
-                return image[:, :, 0] if self.grayscale else image
+                decoded: np.ndarray = image[:, :, 0] if self.grayscale else image
+                return decoded
         cv2 = require_cv2()
         flags = cv2.IMREAD_GRAYSCALE if self.grayscale else cv2.IMREAD_COLOR
         try:
@@ -362,22 +362,10 @@ class ImageDeserializer(ImageDeserializerBase):
             labels=StreamDef(field="label", shape=1000)), channel_order="rgb")
         source = MinibatchSource(images, randomization_window_in_chunks=1000)
 
-    Without ``streams`` (CNTK 2.0's fluent form) the result is a :class:`~cntkio.legacy.ImageStreamMapping`:
-    ``map_features(name, transforms)``, ``map_labels(name, num_classes)`` and ``ignore_labels()`` name the streams;
-    ``ImageDeserializer.crop``/``scale``/``mean``/``color`` are CNTK 2.0's transform helpers (deprecated: today's are
-    :mod:`cntkio.transforms`).
+    (``cntkio.io``'s ``ImageDeserializer(map_file)`` without streams is CNTK 2.0's fluent form, and its
+    ``ImageDeserializer.crop``/``scale``/``mean``/``color`` CNTK 2.0's transform helpers: ``compat/legacy.py``.)
     """
     )
-
-    crop = staticmethod(legacy.crop)
-    scale = staticmethod(legacy.scale)
-    mean = staticmethod(legacy.mean)
-    color = staticmethod(legacy.color)
-
-    def __new__(cls, map_file: Any = None, streams: Any = None, **options: Any) -> Any:
-        if streams is None and map_file is not None:  # CNTK 2.0: streams come from map_features/map_labels
-            return legacy.ImageStreamMapping(cls, map_file, options)
-        return super().__new__(cls)
 
     def __init__(
         self, map_file: str | os.PathLike[str], streams: Any = None, *, multi_view: bool | None = None, **options: Any
@@ -434,8 +422,9 @@ class Base64ImageDeserializer(Sharded, ImageDeserializerBase):
     that cannot be decoded is an invalid sequence (skipped and counted under ``max_errors``).
 
     Args:
-        map_file: the base64 file; or a list of files, or a glob pattern, read as one corpus
-            (:mod:`cntkio.formats.shards`).
+        map_file: the base64 file. Several files (a list, or a glob pattern) are read as one corpus by
+            :meth:`Base64ImageDeserializer.sharded` (``formats/shards.py``), which ``cntkio.Base64ImageDeserializer``
+            calls when given several.
         streams: as for :class:`ImageDeserializer`.
     """
         + _OUTPUT_OPTIONS

@@ -10,16 +10,18 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse
 
-from cntkio._src.common.arrays import narrow_lengths
+from cntkio._src.common.arrays import narrow_lengths, scipy_sparse
 from cntkio._src.common.errors import ConfigError
 from cntkio._src.common.keys import KeyColumn
 from cntkio._src.common.streams import StreamInformation
 from cntkio._src.formats.identity import index_identity
+
+if TYPE_CHECKING:
+    import scipy.sparse
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,7 @@ class SparseStream:
 
     def csr(self) -> scipy.sparse.csr_matrix:
         """All samples of the chunk as one CSR matrix (num_samples, dim), sharing memory."""
-        return scipy.sparse.csr_matrix(
+        return scipy_sparse().csr_matrix(
             (self.values, self.indices, self.indptr), shape=(len(self.indptr) - 1, self.dim), copy=False
         )
 
@@ -59,6 +61,21 @@ class ParsedChunk(dict):  # type: ignore[type-arg]
     def __init__(self, *args: Any, invalid: np.ndarray | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.invalid = invalid
+
+
+@dataclass(frozen=True)
+class FileTable:
+    """The files a deserializer's sequences are in: ``names``, and the first sequence of each file (int64; None when
+    there is one file)."""
+
+    names: list[str]
+    first_sequences: np.ndarray | None = None
+
+    def of(self, sequences: np.ndarray) -> tuple[list[str], np.ndarray]:
+        """The names, and each sequence's number in that list (int64)."""
+        if self.first_sequences is None:
+            return self.names, np.zeros(len(sequences), dtype=np.int64)
+        return self.names, np.searchsorted(self.first_sequences, np.asarray(sequences, dtype=np.int64), "right") - 1
 
 
 @dataclass(frozen=True)
@@ -210,14 +227,15 @@ class Deserializer(abc.ABC):
         """Names the data in provenance records (a file name for file formats)."""
         return str(getattr(self, "filename", type(self).__name__))
 
-    def sources_of(self, sequences: np.ndarray) -> list[str]:
-        """The source (file) of each sequence (by its number in the index): :attr:`source_name` unless the data
-        spans several files (a sharded corpus)."""
-        return [self.source_name] * len(sequences)
+    def file_table(self) -> FileTable:
+        """The source (file) of the sequences: :attr:`source_name` unless the data spans several files (a sharded
+        corpus)."""
+        return FileTable([self.source_name])
 
-    def source_table(self, sequences: np.ndarray) -> tuple[list[str], np.ndarray]:
-        """:meth:`sources_of` as columns: the sources, and each sequence's number in that list (int64)."""
-        return [self.source_name], np.zeros(len(sequences), dtype=np.int64)
+    def sources_of(self, sequences: np.ndarray) -> list[str]:
+        """The source (file) of each sequence (by its number in the index)."""
+        names, numbers = self.file_table().of(sequences)
+        return [names[n] for n in numbers.tolist()]
 
     def chunk_file_bytes(self) -> np.ndarray | None:
         """Bytes of each chunk in its file as the index knows them (int64, one per chunk), None when the format

@@ -1,7 +1,9 @@
 """Sharded corpora: several files of one format read as one corpus.
 
-A file deserializer given a list of files, or a glob pattern, reads them as one (:class:`Sharded` is the mixin
-that does it; :class:`ShardedDeserializer` the result):
+A file format's ``sharded(files, ...)`` (:meth:`Sharded.sharded`: ``CTFDeserializer.sharded``,
+``CBFDeserializer.sharded``, ``Base64ImageDeserializer.sharded``) reads a list of files, or a glob pattern, as one
+corpus, a :class:`ShardedDeserializer` of one deserializer per file (the public names, ``cntkio.CTFDeserializer``
+and the others, given several files call it):
 
 * **File order**: a list is read in the order given; a pattern's matches are sorted by path (byte order), so the
   corpus is the same on every machine. The corpus is the files' sequences one file after the other, chunks of
@@ -15,8 +17,8 @@ that does it; :class:`ShardedDeserializer` the result):
 
 Example::
 
-    train = CTFDeserializer("corpus/train-*.ctf", streams)          # every shard, in path order
-    train = CTFDeserializer(["a.ctf", "b.ctf"], streams)             # these two, in this order
+    train = CTFDeserializer.sharded("corpus/train-*.ctf", streams)   # every shard, in path order
+    train = CTFDeserializer.sharded(["a.ctf", "b.ctf"], streams)      # these two, in this order
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from cntkio._src.common.errors import ConfigError, FormatError, Location
 from cntkio._src.common.keys import KeyColumn
 from cntkio._src.common.system import available_cores
 from cntkio._src.formats.identity import array_digest, identity_of, index_digest, index_identity, listed
-from cntkio._src.formats.protocol import Deserializer, IndexedDeserializer, SequenceIndex
+from cntkio._src.formats.protocol import Deserializer, FileTable, IndexedDeserializer, SequenceIndex
 
 __all__ = ["Sharded", "ShardedDeserializer", "expand_paths"]
 
@@ -58,26 +60,29 @@ def expand_paths(files: Any) -> list[str] | None:
     return paths
 
 
-class Sharded:
-    """A file deserializer that reads a list of files or a glob pattern as one corpus: constructing it with several
-    files gives a :class:`ShardedDeserializer` of one deserializer per file (the other arguments shared)."""
+class Sharded(Deserializer):
+    """A file format that can read several files as one corpus: :meth:`sharded` opens them (its constructor opens
+    one file)."""
 
-    def __new__(cls, filename: Any = None, *args: Any, **kwargs: Any) -> Any:
-        paths = expand_paths(filename) if filename is not None else None
-        if paths is None:
-            return super().__new__(cls)
+    @classmethod
+    def sharded(cls, files: Any, *args: Any, **kwargs: Any) -> ShardedDeserializer:
+        """A :class:`ShardedDeserializer` of ``files`` (a list of paths, read in its order; a glob pattern, its
+        matches in path order; or one path): one deserializer per file, each made as ``cls(path, *args,
+        **kwargs)``, indexed in parallel."""
+        paths = expand_paths(files) or [os.fsdecode(files)]
         started = time.perf_counter()
         with ThreadPoolExecutor(max_workers=min(available_cores(), len(paths))) as pool:  # indexes on every core
             futures = [pool.submit(cls, path, *args, **kwargs) for path in paths]
         failed = next((f.exception() for f in futures if f.exception() is not None), None)
         if failed is not None:  # the first file's error, in file order; the shards that opened are closed
             for future in futures:
-                if future.exception() is None:
-                    future.result().close()
+                close = getattr(future.result(), "close", None) if future.exception() is None else None
+                if close is not None:
+                    close()
             raise failed
         shards = [future.result() for future in futures]
-        if isinstance(filename, (str, bytes, os.PathLike)):
-            description = os.fsdecode(filename)
+        if isinstance(files, (str, bytes, os.PathLike)):
+            description = os.fsdecode(files)
         else:
             description = f"{len(paths)} files ({paths[0]} ... {paths[-1]})" if len(paths) > 1 else paths[0]
         sharded = ShardedDeserializer(shards, description)
@@ -141,14 +146,9 @@ class ShardedDeserializer(IndexedDeserializer):
         parts = [shard.chunk_file_bytes() for shard in self.shards]
         return None if any(p is None for p in parts) else np.concatenate(parts)  # type: ignore[arg-type]
 
-    def sources_of(self, sequences: np.ndarray) -> list[str]:
-        """The shard (file) of each sequence (numbered across the corpus)."""
-        names, shards = self.source_table(sequences)
-        return [names[s] for s in shards.tolist()]
-
-    def source_table(self, sequences: np.ndarray) -> tuple[list[str], np.ndarray]:
-        shards = np.searchsorted(self._first_sequence, np.asarray(sequences, dtype=np.int64), side="right") - 1
-        return [shard.source_name for shard in self.shards], shards
+    def file_table(self) -> FileTable:
+        """The shards (files), and the first sequence of each (numbered across the corpus)."""
+        return FileTable([shard.source_name for shard in self.shards], self._first_sequence[:-1])
 
     def identity(self) -> dict[str, Any]:
         """The first shard's kind and options, every shard's files in order, and the corpus index (digested as its
