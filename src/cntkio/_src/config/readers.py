@@ -339,15 +339,17 @@ def _image(kind: type[ImageDeserializer] | type[Base64ImageDeserializer]) -> Cal
             streams[name] = StreamDef(field="image", transforms=transforms)
         if image is None:
             raise ConfigError(f"{section.where}: {kind.__name__} '{section.name}' has no image stream")
+        options = _options(section, context)
         multi_view = section.get("multiViewCrop")
+        if multi_view is not None:
+            options["multi_view"] = multi_view.as_bool()
         return [
             kind(
                 _path(_required(section, "file", kind.__name__), context),
                 StreamDefs(**streams),
                 grayscale=_bool(section.get("grayscale"), default=False),
                 layout="chw" if image[2] else "hwc",
-                **({} if multi_view is None else {"multi_view": multi_view.as_bool()}),
-                **_options(section, context),
+                **options,
             )
         ]
 
