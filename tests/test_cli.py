@@ -352,7 +352,7 @@ def test_progress_only_on_a_terminal_or_when_asked(tmp_path, capsys, monkeypatch
     assert main(["inspect", str(path), "--progress"]) == 0
     err = capsys.readouterr().err
     assert "data.ctf: scanning" in err and "data.ctf: parsing" in err
-    monkeypatch.setattr("cntkio._src.cli.progress.AUTO_DELAY_SECONDS", 0.0)
+    monkeypatch.setattr("cntkio._src.common.progress.AUTO_DELAY_SECONDS", 0.0)
     assert main(["inspect", str(path), "--no-progress"]) == 0
     assert capsys.readouterr().err == ""
     assert main(["inspect", str(path)]) == 0
@@ -360,7 +360,7 @@ def test_progress_only_on_a_terminal_or_when_asked(tmp_path, capsys, monkeypatch
 
 
 def test_progress_without_tqdm_is_a_usage_error(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("cntkio._src.cli.progress.find_spec", lambda name: None)
+    monkeypatch.setattr("cntkio._src.common.progress.find_spec", lambda name: None)
     path = write(tmp_path, "|a 1\n")
     assert main(["inspect", str(path), "--progress"]) == 2
     assert "pip install 'cntkio[progress]'" in capsys.readouterr().err

@@ -28,9 +28,9 @@ from cntkio._src.cli.common import (
 )
 from cntkio._src.cli.inspect_ctf import SHOWN_PER_GROUP, Progress, Report, compare_streams, inspect_file
 from cntkio._src.cli.inspect_formats import inspect_cbf, inspect_image_map, inspect_mlf, inspect_reader, inspect_scp
-from cntkio._src.cli.progress import Phases
 from cntkio._src.cli.report_text import print_report, print_validation, several_dict, validation_dict, write_agreement
 from cntkio._src.common.errors import ConfigError, FormatError
+from cntkio._src.common.progress import Phases
 from cntkio._src.formats import registry
 from cntkio._src.formats.sniff import detect
 

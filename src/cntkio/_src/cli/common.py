@@ -55,7 +55,7 @@ def stream_spec(text: str) -> StreamSpec:
 
 
 def add_progress_option(command: argparse.ArgumentParser, help: str = PROGRESS_HELP) -> None:
-    """``--progress/--no-progress`` (None when neither is given: see :func:`cntkio._src.cli.progress.wanted`)."""
+    """``--progress/--no-progress`` (None when neither is given: see :func:`cntkio._src.common.progress.wanted`)."""
     command.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help=help)
 
 

@@ -17,8 +17,8 @@ from cntkio._src.cli.common import (
     stream_spec,
 )
 from cntkio._src.cli.inspect_ctf import StreamSpec
-from cntkio._src.cli.progress import Phases
 from cntkio._src.common.errors import ConfigError, FormatError
+from cntkio._src.common.progress import Phases
 from cntkio._src.formats import registry
 from cntkio._src.formats.cbf_writer import DEFAULT_CBF_CHUNK_SIZE_IN_BYTES
 from cntkio._src.formats.ctf import CTFDeserializer

@@ -26,7 +26,6 @@ from typing import Any, TextIO
 import numpy as np
 
 from cntkio._src.api.source import MinibatchSource
-from cntkio._src.cli import progress
 from cntkio._src.cli.common import (
     add_progress_option,
     cannot_read,
@@ -37,6 +36,7 @@ from cntkio._src.cli.common import (
     positive_int,
     write_json,
 )
+from cntkio._src.common import progress
 from cntkio._src.common.errors import CNTKIOError
 from cntkio._src.common.sentinels import DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS
 from cntkio._src.corpus.table import Corpus
@@ -95,7 +95,7 @@ def explain(
     for name, value in (("ranks", ranks), ("workers", workers), ("sweeps", sweeps), ("minibatch_size", minibatch_size)):
         if value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")
-    corpus: Corpus = source._corpus  # the source's own corpus: the plan counts what its reads count
+    corpus: Corpus = source.engine.corpus  # the source's own corpus: the plan counts what its reads count
     randomization = source.randomization
     shares = {
         (sweep, rank, worker): _Share(sweep, rank, worker, corpus.num_chunks)

@@ -11,8 +11,8 @@ import time
 from typing import Any
 
 from cntkio._src.api.source import MinibatchSource
-from cntkio._src.cli import progress
 from cntkio._src.cli.common import add_progress_option, close_source, open_source, write_json
+from cntkio._src.common import progress
 from cntkio._src.common.errors import CNTKIOError, FormatError
 
 DEFAULT_MINIBATCH_SIZE = 1024

@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Any, TextIO
 
-from cntkio._src.cli import plot, progress
+from cntkio._src.cli import plot
 from cntkio._src.cli.common import (
     add_progress_option,
     cannot_read,
@@ -18,6 +18,7 @@ from cntkio._src.cli.common import (
 )
 from cntkio._src.cli.distributions import bin_label, gather, number, stream_sections, summary_text
 from cntkio._src.cli.inspect_ctf import HISTOGRAM_BINS
+from cntkio._src.common import progress
 from cntkio._src.common.errors import CNTKIOError, FormatError
 
 BAR_WIDTH = 40  # characters of the longest histogram bar in the text

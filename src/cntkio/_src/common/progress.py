@@ -1,4 +1,4 @@
-"""Progress bars for the command line: a tqdm bar on stderr for long work, nothing otherwise.
+"""Progress bars for long work (the command line, `write_cbf`): a tqdm bar on stderr for long work, nothing otherwise.
 
 ``enabled=None`` (the default of every command) shows a bar when stderr is a terminal and tqdm is installed, once
 the work has run for :data:`AUTO_DELAY_SECONDS` (short work shows none); ``True`` forces one at once (tqdm is then
