@@ -25,12 +25,16 @@ from cntkio import (
     DenseStream,
     MinibatchData,
     MinibatchSource,
+    MinibatchSourceFromData,
     SparseStream,
     StreamDef,
     StreamDefs,
     StreamInformation,
+    UserDataError,
+    UserDeserializer,
+    UserMinibatchSource,
 )
-from cntkio._src.api.user import MinibatchSourceFromData, UserDataError, UserDeserializer, UserMinibatchSource
+from cntkio._src.formats.user import UserDeserializerAdapter
 
 COUNTS = [3, 5, 1, 4, 2, 6]  # sequences of each chunk
 FIRST = np.concatenate([[0], np.cumsum(COUNTS)]).tolist()
@@ -212,8 +216,8 @@ def test_the_length_is_the_longest_stream_or_the_defining_one():
             data["y"] = y_rows(chunk_id, len(data["x"]))
             return data
 
-    assert Labelled(False).sequence_lengths().tolist() == [length_of(s) for s in range(TOTAL)]
-    assert Labelled(True).sequence_lengths().tolist() == [1] * TOTAL
+    assert Labelled(False).as_deserializer().sequence_lengths().tolist() == [length_of(s) for s in range(TOTAL)]
+    assert Labelled(True).as_deserializer().sequence_lengths().tolist() == [1] * TOTAL
     source = MinibatchSource(Labelled(False), randomize=False, max_sweeps=1)
     minibatch = source.next_minibatch(4)
     assert minibatch["y"].sequence_lengths.tolist() == [1, 1]
@@ -221,7 +225,7 @@ def test_the_length_is_the_longest_stream_or_the_defining_one():
 
 
 def test_stream_infos_are_normalised_and_checked():
-    infos = Filled().stream_infos()
+    infos = Filled().as_deserializer().stream_infos()
     assert infos[0].dtype == np.dtype(np.float32) and isinstance(infos[0].dtype, np.dtype) and infos[0].shape == (2,)
 
     class Bad(Filled):
@@ -241,7 +245,7 @@ def test_stream_infos_are_normalised_and_checked():
         ([StreamInformation("s", 0, "sparseCSC", np.float32, (3,))], "storage_format"),
     ]:
         with pytest.raises(ValueError, match=message):
-            Bad(infos).stream_infos()
+            Bad(infos).as_deserializer().stream_infos()
 
 
 class Casting(Filled):
@@ -299,9 +303,38 @@ def test_delegating_to_another_plugin_gets_its_data():
 
     minibatch = MinibatchSource(Doubled(), randomize=False).next_minibatch(4)
     assert minibatch["x"].values[:, 1].tolist() == [0, 2, 4, 6]
-    converted = Filled().get_chunk(1)  # called from outside: the checked protocol data
+    assert isinstance(Filled().get_chunk(1)["x"], list)  # the plug-in's own method, wherever it is called
+    converted = Filled().as_deserializer().get_chunk(1)  # the adapter's: the checked protocol data
     assert converted["x"].seq_offsets.tolist() == np.cumsum([0] + [length_of(s) for s in range(3, 8)]).tolist()
     assert converted["y"].indices.dtype == np.int32
+
+
+def test_a_plugin_calling_its_own_get_chunk_gets_what_it_wrote():
+    """Found by the layering review: the class's get_chunk was rewrapped when the class was created, so a plug-in
+    calling its own get_chunk outside get_chunk (from chunk_keys here) got cntkio's converted DenseStream and failed
+    with "TypeError: 'DenseStream' object is not subscriptable"."""
+
+    class Keyed(Filled):
+        def chunk_keys(self, chunk_id: int) -> list[str]:
+            return [f"utt{int(x[0, 1])}" for x in self.get_chunk(chunk_id)["x"]]  # its own arrays, one a sequence
+
+        def sizes(self) -> list[int]:
+            return [len(self.get_chunk(c)["x"]) for c in range(self.num_chunks())]
+
+    keyed = Keyed()
+    assert keyed.sizes() == COUNTS
+    source = MinibatchSource(keyed, randomize=False, max_sweeps=1)
+    keys = []
+    while minibatch := source.next_minibatch(5):
+        assert [key for _, key in minibatch.sequence_keys] == [f"utt{s}" for _, s in sequences_of(minibatch)]
+        keys += [key for _, key in minibatch.sequence_keys]
+    assert keys == [f"utt{s}" for s in range(TOTAL)] and keyed.sizes() == COUNTS
+    assert Keyed.get_chunk is Filled.__dict__["get_chunk"] and not [n for n in vars(keyed) if "cntkio" in n]
+    (adapter,) = source.deserializers
+    assert isinstance(adapter, UserDeserializerAdapter) and adapter.user is keyed
+    indexed = Filled().as_deserializer()  # (DataLoader workers get the adapter, index included, pickled)
+    copy = pickle.loads(pickle.dumps((indexed, indexed.sequence_index())[0]))
+    assert copy.get_chunk(2)["x"].values.tolist() == indexed.get_chunk(2)["x"].values.tolist()
 
 
 def test_sparse_indices_are_sorted_summed_and_narrowed():
@@ -318,7 +351,7 @@ def test_sparse_indices_are_sorted_summed_and_narrowed():
             return data
 
     messy = Messy()
-    chunk = messy.get_chunk(0)["y"]
+    chunk = messy.as_deserializer().get_chunk(0)["y"]
     assert chunk.indices.dtype == np.int32 and chunk.indices.tolist() == [1, 5] * 3
     assert chunk.values.tolist() == [1, 2] * 3 and chunk.indptr.tolist() == [0, 2, 4, 6]
     assert messy.given.indices.tolist() == [5, 1, 5] * 3  # the user's matrix is left alone

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from cntkio import transforms  # cntkio.transforms, as cntk.io.transforms
 from cntkio._src.api.source import MinibatchSource, TraceLevel
-from cntkio._src.api.user import MinibatchSourceFromData, UserDataError, UserDeserializer, UserMinibatchSource
+from cntkio._src.api.user_sources import MinibatchSourceFromData, UserMinibatchSource
 from cntkio._src.assemble.minibatch import MinibatchData, Value
 from cntkio._src.common.errors import CNTKIOError, ConfigError, FormatError, Location, MaxErrorsExceeded
 from cntkio._src.common.sentinels import DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS, FULL_DATA_SWEEP, INFINITELY_REPEAT
@@ -17,6 +17,8 @@ from cntkio._src.formats.cbf_writer import write_cbf
 from cntkio._src.formats.ctf_writer import sequence_to_cntk_text_format
 from cntkio._src.formats.protocol import ChunkIndex, DenseStream, Deserializer, DeserializerGroup, SparseStream
 from cntkio._src.formats.records import RecordDeserializer
+from cntkio._src.formats.stream_data import UserDataError
+from cntkio._src.formats.user import UserDeserializer
 from cntkio._src.reading.stats import ReaderStats
 
 if TYPE_CHECKING:  # to type checkers the public names are the classes, whose arguments the faces take

@@ -18,7 +18,7 @@ Example::
 from typing import TYPE_CHECKING
 
 from cntkio._src.api.source import TraceLevel
-from cntkio._src.api.user import MinibatchSourceFromData, UserDeserializer, UserMinibatchSource
+from cntkio._src.api.user_sources import MinibatchSourceFromData, UserMinibatchSource
 from cntkio._src.assemble.minibatch import MinibatchData, Value
 from cntkio._src.common.sentinels import DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS, FULL_DATA_SWEEP, INFINITELY_REPEAT
 from cntkio._src.common.streams import Record, StreamConfiguration, StreamDef, StreamDefs, StreamInformation
@@ -35,6 +35,7 @@ from cntkio._src.compat.legacy_sources import (
 from cntkio._src.compat.minibatch_source import MinibatchSource
 from cntkio._src.formats.ctf_writer import sequence_to_cntk_text_format
 from cntkio._src.formats.protocol import Deserializer
+from cntkio._src.formats.user import UserDeserializer
 from cntkio.io import transforms
 
 if TYPE_CHECKING:  # to type checkers the public names are the classes, whose arguments the faces take

@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -256,13 +256,32 @@ class DeserializerGroup(tuple):  # type: ignore[type-arg]
     """
 
 
+class ReadsAsDeserializer(Protocol):
+    """What a reader takes beside deserializers: a plug-in read through an adapter it makes (a
+    ``UserDeserializer``, whose own methods follow CNTK's plug-in API, not this protocol)."""
+
+    def as_deserializer(self) -> Deserializer: ...
+
+
+def as_deserializer(reader: Deserializer | ReadsAsDeserializer) -> Deserializer:
+    """A deserializer as it is; a plug-in as the adapter it makes (:class:`ReadsAsDeserializer`)."""
+    if isinstance(reader, Deserializer):
+        return reader
+    adapt = getattr(reader, "as_deserializer", None)
+    if not callable(adapt):
+        raise TypeError(f"expected a Deserializer or a UserDeserializer, got {type(reader).__name__}")
+    adapted: Deserializer = adapt()
+    return adapted
+
+
 def flatten_deserializers(deserializers: Any) -> list[Deserializer]:
-    """A deserializer, or a sequence of deserializers and groups, as a flat list."""
-    if isinstance(deserializers, Deserializer):
-        return [deserializers]
+    """A deserializer (or plug-in), or a sequence of deserializers, plug-ins and groups, as a flat list of
+    deserializers (plug-ins adapted: :func:`as_deserializer`)."""
+    if isinstance(deserializers, Deserializer) or callable(getattr(deserializers, "as_deserializer", None)):
+        return [as_deserializer(deserializers)]
     flat: list[Deserializer] = []
     for item in deserializers:
-        flat.extend(item if isinstance(item, DeserializerGroup) else [item])
+        flat.extend(item if isinstance(item, DeserializerGroup) else [as_deserializer(item)])
     return flat
 
 

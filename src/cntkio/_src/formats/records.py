@@ -19,10 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import scipy.sparse
 
 from cntkio import _native
-from cntkio._src.common.arrays import narrow_lengths
+from cntkio._src.common.arrays import issparse, narrow_lengths
 from cntkio._src.common.errors import ConfigError, FormatError, Location
 from cntkio._src.common.keys import KeyColumn, NumericKeys
 from cntkio._src.common.streams import StreamInformation, iter_stream_defs, parse_precision
@@ -30,6 +29,7 @@ from cntkio._src.formats.data_file import DataFile, FileBacked
 from cntkio._src.formats.error_ledger import ErrorLedger
 from cntkio._src.formats.identity import file_entry, listed
 from cntkio._src.formats.protocol import DenseStream, IndexedDeserializer, ParsedChunk, SequenceIndex, SparseStream
+from cntkio._src.formats.stream_data import bad_index, canonical_sparse
 
 logger = logging.getLogger("cntkio")
 
@@ -486,19 +486,15 @@ class RecordDeserializer(FileBacked, IndexedDeserializer):
                 + ("" if self._has_lengths else " (one sample a record; give sequence_length= for sequences)"),
             )
         for stream, column in zip(self._streams, columns):
-            if stream.sparse and column.indices is not None and len(column.indices):
-                low, high = int(column.indices.min()), int(column.indices.max())
-                if low < 0 or high >= stream.shape[0]:
-                    bad = int(np.flatnonzero((column.indices < 0) | (column.indices >= stream.shape[0]))[0])
-                    assert column.row_nnz is not None
-                    row = int(np.searchsorted(np.cumsum(column.row_nnz), bad, side="right"))
-                    position = int(np.searchsorted(np.cumsum(column.counts), row, side="right"))
-                    raise _RecordError(
-                        position,
-                        stream.name,
-                        f"sparse index {int(column.indices[bad])} out of range (dim={stream.shape[0]}, valid "
-                        f"0..{stream.shape[0] - 1})",
-                    )
+            found = bad_index(column.indices, stream.shape[0]) if column.indices is not None else None
+            if found is not None:
+                bad, reason = found
+                assert column.row_nnz is not None
+                row = int(np.searchsorted(np.cumsum(column.row_nnz), bad, side="right"))
+                position = int(np.searchsorted(np.cumsum(column.counts), row, side="right"))
+                raise _RecordError(
+                    position, stream.name, f"sample {row - int(column.counts[:position].sum())}: {reason}"
+                )
 
     # --------------------------------------------------------------------------------- errors
     def _count(self, record: int, reason: str, stream: str | None) -> None:
@@ -649,7 +645,8 @@ def _one_sample_each(stream: _Stream, value: Sequence[Any], n: int) -> np.ndarra
 
 def _non_blank(array: np.ndarray) -> np.ndarray:
     """Which bytes are not blanks (\\t \\n \\v \\f \\r and space): two comparisons, no table lookup."""
-    return ((array - np.uint8(9)) > 4) & (array != 32)  # uint8 arithmetic wraps: 9..13 -> 0..4
+    text: np.ndarray = ((array - np.uint8(9)) > 4) & (array != 32)  # uint8 arithmetic wraps: 9..13 -> 0..4
+    return text
 
 
 def _dense_item(stream: _Stream, item: Any, position: int | None) -> np.ndarray:
@@ -687,7 +684,7 @@ def _sparse_item(stream: _Stream, item: Any, position: int | None) -> tuple[np.n
     """Samples of a sparse stream (a SciPy sparse matrix or a dense array) as CSR parts: values, column
     indices and entries per sample."""
     dim = stream.shape[0]
-    if scipy.sparse.issparse(item):
+    if issparse(item):
         matrix = item.reshape(1, -1) if item.ndim == 1 else item
         if matrix.shape[1] != dim:
             raise _RecordError(
@@ -719,16 +716,11 @@ def _join_sparse(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]], dtype: 
 
 
 def _sparse_stream(column: _Column, seq_offsets: np.ndarray, dim: int) -> SparseStream:
-    """The stream's CSR arrays: int32 indices sorted within each sample, duplicates summed (as SciPy does)."""
+    """The stream's CSR arrays (indices checked): int32 indices sorted within each sample, duplicates summed."""
     assert column.indices is not None and column.row_nnz is not None
     indptr = np.zeros(len(column.row_nnz) + 1, dtype=np.int64)
     np.cumsum(column.row_nnz, out=indptr[1:])
-    values, indices = column.values, column.indices.astype(np.int32)
-    matrix = scipy.sparse.csr_matrix((values, indices, indptr), shape=(len(column.row_nnz), dim), copy=False)
-    if not matrix.has_canonical_format:
-        matrix.sum_duplicates()
-        values, indices, indptr = matrix.data, matrix.indices.astype(np.int32), matrix.indptr.astype(np.int64)
-    return SparseStream(values, indices, indptr, seq_offsets, dim)
+    return canonical_sparse(column.values, column.indices, indptr, seq_offsets, dim, column.values.dtype)
 
 
 def _concatenate(columns: list[_Column], stream: _Stream, dtype: np.dtype[Any]) -> _Column:
@@ -750,7 +742,7 @@ def _concatenate(columns: list[_Column], stream: _Stream, dtype: np.dtype[Any]) 
 
 
 def _as_array(stream: _Stream, value: Any, position: int | None) -> np.ndarray:
-    if scipy.sparse.issparse(value):
+    if issparse(value):
         value = value.toarray()
     try:
         array = np.asarray(value)

@@ -20,10 +20,11 @@ import numpy as np
 
 from cntkio import _native
 from cntkio._src.common.errors import CNTKIOError, ConfigError
-from cntkio._src.common.streams import StreamInformation
 from cntkio._src.common.system import available_cores, parsing_with
 from cntkio._src.corpus.table import ChunkKey, Corpus, LoadKey
-from cntkio._src.formats.protocol import SparseStream, StreamData
+from cntkio._src.formats.protocol import StreamData
+from cntkio._src.formats.stream_data import sample_width as _width
+from cntkio._src.formats.stream_data import slot_columns as _columns
 from cntkio._src.reading.stats import StageClock
 
 ChunkName = tuple[int, int, int]  # (deserializer number, chunk, sweep)
@@ -290,34 +291,3 @@ class ChunkCache:
         with self._lock:
             for number, slot in list(self._futures):
                 self._drop(number, slot)
-
-
-def _width(info: StreamInformation) -> int:
-    """Values of one sample (dense), or the dimension (sparse)."""
-    return int(np.prod(info.shape)) if info.shape else 1
-
-
-def _columns(
-    data: StreamData, info: StreamInformation, source: str, chunk: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
-    """A stream's arrays in the form the native slots take, converted only where needed."""
-    name, dtype = info.name, info.dtype
-    values = np.asarray(data.values)
-    if values.dtype != dtype:
-        raise CNTKIOError(f"{source}: chunk {chunk}, stream '{name}': values are {values.dtype}, expected {dtype}")
-    seq_offsets = np.ascontiguousarray(data.seq_offsets, dtype=np.int64)
-    if isinstance(data, SparseStream):
-        indices = np.asarray(data.indices)
-        if indices.dtype != np.int32:
-            if len(indices) and (int(indices.min()) < 0 or int(indices.max()) >= 2**31):
-                raise CNTKIOError(f"{source}: chunk {chunk}, stream '{name}': sparse indices out of range")
-            indices = indices.astype(np.int32)
-        return (
-            np.ascontiguousarray(values),
-            seq_offsets,
-            np.ascontiguousarray(indices),
-            np.ascontiguousarray(data.indptr, dtype=np.int64),
-        )
-    width = _width(info)
-    rows = values.reshape(len(values), -1) if values.size else values.reshape(len(values), width)
-    return np.ascontiguousarray(rows), seq_offsets, None, None
