@@ -282,7 +282,7 @@ def test_a_short_stream_without_an_error_is_still_named(tmp_path):
 MEMORY_CHILD = r"""
 import resource, sys
 from cntkio import CTFDeserializer, StreamDef, StreamDefs, MinibatchSource
-from cntkio.inspect import inspect_file, StreamSpec
+from cntkio._src.cli.inspect_ctf import inspect_file, StreamSpec
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 reader = CTFDeserializer(sys.argv[1], StreamDefs(x=StreamDef(field="x", shape=1)))
 with MinibatchSource(reader, max_sweeps=1) as source:

@@ -1,4 +1,4 @@
-"""Image map files and base64 image files (spec/image.md §1-§3) as cntkio.formats.image_map reads them: CNTK's
+"""Image map files and base64 image files (spec/image.md §1-§3) as cntkio._src.formats.image_map reads them: CNTK's
 conformance data (cases.json 'image' cases: what parses, which line each error names), the rules on generated files
 (columns, keys, '\\r', blank lines, labels, zip names, '...'), zip archives (opened once, picklable, missing items),
 the base64 index and decoder, and property tests: random map lines written by a small writer parse back to the same

@@ -50,7 +50,7 @@ def png(path: Path) -> Path:
 READ_IMAGES = """
     from cntkio import ImageDeserializer, MinibatchSource, StreamDef, StreamDefs
     from cntkio import transforms as T
-    from cntkio.errors import FormatError
+    from cntkio._src.common.errors import FormatError
     streams = StreamDefs(x=StreamDef(field="image", transforms=[T.scale(4, 4, 3)]), y=StreamDef(field="label", shape=2))
     try:
         source = MinibatchSource(ImageDeserializer("map.txt", streams, max_errors=5), randomize=False, max_sweeps=1)
@@ -98,7 +98,7 @@ def test_an_scp_entry_naming_a_fifo_or_a_device_is_refused(tmp_path: Path) -> No
     out = run(
         """
         from cntkio import HTKFeatureDeserializer, StreamDef, StreamDefs
-        from cntkio.errors import FormatError
+        from cntkio._src.common.errors import FormatError
         try:
             HTKFeatureDeserializer(StreamDefs(f=StreamDef(shape=3, scp="list.scp")), max_errors=5)
         except FormatError as error:
@@ -110,10 +110,10 @@ def test_an_scp_entry_naming_a_fifo_or_a_device_is_refused(tmp_path: Path) -> No
 
 
 LISTS = {
-    "image map": "from cntkio.formats.image_map import parse_image_map as read; read(PATH, label_dim=None)",
-    "SCP file": "from cntkio.formats.scp import parse_scp as read; read(PATH)",
-    "state list": "from cntkio.formats.mlf import read_state_list as read; read(PATH)",
-    "MLF file list": "from cntkio.formats.mlf import read_mlf_file_list as read; read(PATH)",
+    "image map": "from cntkio._src.formats.image_map import parse_image_map as read; read(PATH, label_dim=None)",
+    "SCP file": "from cntkio._src.formats.scp import parse_scp as read; read(PATH)",
+    "state list": "from cntkio._src.formats.mlf import read_state_list as read; read(PATH)",
+    "MLF file list": "from cntkio._src.formats.mlf import read_mlf_file_list as read; read(PATH)",
 }
 
 
@@ -121,7 +121,7 @@ LISTS = {
 def test_a_listing_that_is_a_device_is_refused_not_copied(tmp_path: Path, what: str) -> None:
     out = run(
         f"""
-        from cntkio.errors import FormatError
+        from cntkio._src.common.errors import FormatError
         PATH = "/dev/zero"
         try:
             {LISTS[what]}
@@ -137,8 +137,8 @@ def test_an_mlf_named_by_a_list_that_is_a_fifo_is_refused(tmp_path: Path) -> Non
     os.mkfifo(tmp_path / "train.mlf")
     out = run(
         """
-        from cntkio.errors import FormatError
-        from cntkio.formats.mlf import parse_mlf
+        from cntkio._src.common.errors import FormatError
+        from cntkio._src.formats.mlf import parse_mlf
         try:
             parse_mlf(["train.mlf"], None, 10)
         except FormatError as error:
@@ -185,7 +185,7 @@ def test_an_image_swapped_for_a_fifo_or_device_after_the_check_is_refused_by_the
     (tmp_path / "map.txt").write_text("image.png\t0\n")
     out = run(
         """
-        from cntkio.formats import image_map
+        from cntkio._src.formats import image_map
         images = image_map.parse_image_map("map.txt", label_dim=1)
         checks = []
         real = image_map.require_regular_file

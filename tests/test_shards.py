@@ -1,4 +1,4 @@
-"""Sharded corpora: a list of files or a glob pattern read as one corpus (cntkio.formats.shards) — the same data
+"""Sharded corpora: a list of files or a glob pattern read as one corpus (cntkio._src.formats.shards) — the same data
 as the concatenated file, a deterministic file order, orders, partitions and checkpoints spanning the corpus,
 provenance naming the shard, and clear errors."""
 

@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 
 from torch.utils.data import DataLoader  # noqa: E402
 
-import cntkio.torch  # noqa: E402
+import cntkio._src.integrations.torch as torch_integration  # noqa: E402
 import torch_dist_worker as worker  # noqa: E402
 from cntkio._src.integrations.torch import MinibatchDataset, TorchMinibatch, _begin_pass, _WorkerPass  # noqa: E402
 
@@ -121,7 +121,7 @@ def _each_worker_its_own_epoch(table: dict[str, Any], worker: _WorkerPass | None
 
 def test_workers_that_read_different_epochs_raise(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """However the workers of a pass came to disagree, the main process raises on their batches."""
-    monkeypatch.setattr(cntkio.torch, "_begin_pass", _each_worker_its_own_epoch)  # (inherited by forked workers)
+    monkeypatch.setattr(torch_integration, "_begin_pass", _each_worker_its_own_epoch)  # (inherited by forked workers)
     data = DataLoader(dataset_of(path), batch_size=None, num_workers=2)
     with pytest.raises(
         RuntimeError, match=r"the workers of one DataLoader pass .* read different epochs: [01] .* and [01]"
