@@ -2,16 +2,16 @@
 CNTK's did; :class:`UserMinibatchSource` is the base of a reader written entirely by the user. (The plug-in format,
 ``UserDeserializer``, is ``formats/user.py``; the arrays are converted and checked by ``formats/stream_data.py``.)
 
-CNTK's method names are kept: a subclass's ``next_minibatch`` is wrapped when the class is created, so callers may
-use either calling convention while the user writes CNTK's code.
+A subclass's methods are never replaced: its ``next_minibatch`` is called as the user wrote it (CNTK's convention),
+wherever it is called; :meth:`UserMinibatchSource.read_minibatch` takes either calling convention, calls it and
+checks what it returns.
 """
 
 from __future__ import annotations
 
 import abc
-import functools
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from functools import cached_property
 from typing import Any
 
@@ -26,16 +26,6 @@ from cntkio._src.formats.protocol import DenseStream, StreamData
 from cntkio._src.formats.stream_data import Where, convert, describe, is_csr
 
 __all__ = ["MinibatchSourceFromData", "UserMinibatchSource"]
-
-
-def _wrap_methods(cls: type, adapters: Mapping[str, Callable[[Callable[..., Any]], Callable[..., Any]]]) -> None:
-    """Replaces each method of ``adapters`` that ``cls`` itself defines by its adapted version."""
-    for name, adapt in adapters.items():
-        raw = cls.__dict__.get(name)
-        if callable(raw) and not getattr(raw, "_cntkio_adapted", False):
-            method = functools.wraps(raw)(adapt(raw))
-            method._cntkio_adapted = True  # type: ignore[attr-defined]
-            setattr(cls, name, method)
 
 
 # --- UserMinibatchSource ----------------------------------------------------------------------------------------
@@ -85,27 +75,24 @@ def _parse_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, int
     return int(size), int(workers), int(rank), given.get("device"), given.get("input_map")
 
 
-def _adapt_next_minibatch(raw: Callable[..., Any]) -> Callable[..., Any]:
-    def next_minibatch(self: UserMinibatchSource, *args: Any, **kwargs: Any) -> Any:
-        size, workers, rank, device, input_map = _parse_call(args, kwargs)
-        result = raw(self, size, workers, rank, device)
-        if not isinstance(result, Mapping):
-            raise TypeError(
-                f"{type(self).__name__}.next_minibatch must return a dict of StreamInformation -> MinibatchData, "
-                f"got {type(result).__name__}"
-            )
-        if not result:
-            return {}
-        if type(result) is dict:  # name lookup (mb["features"]) as MinibatchSource's minibatches have
-            result = Minibatch(result)
-        if input_map is None:
-            return result
-        mapped = Minibatch({key: _lookup(result, stream) for key, stream in input_map.items()})
-        if hasattr(result, "provenance"):
-            mapped.provenance = result.provenance
-        return mapped
-
-    return next_minibatch
+def _checked(source: UserMinibatchSource, result: Any, input_map: Mapping[Any, Any] | None) -> Any:
+    """What a source's ``next_minibatch`` returned, checked: ``{}`` at the end; a plain dict as a
+    :class:`~cntkio.minibatch.Minibatch`; with ``input_map``, the streams under its keys."""
+    if not isinstance(result, Mapping):
+        raise TypeError(
+            f"{type(source).__name__}.next_minibatch must return a dict of StreamInformation -> MinibatchData, "
+            f"got {type(result).__name__}"
+        )
+    if not result:
+        return {}
+    if type(result) is dict:  # name lookup (mb["features"]) as MinibatchSource's minibatches have
+        result = Minibatch(result)
+    if input_map is None:
+        return result
+    mapped = Minibatch({key: _lookup(result, stream) for key, stream in input_map.items()})
+    if hasattr(result, "provenance"):
+        mapped.provenance = result.provenance
+    return mapped
 
 
 def _lookup(minibatch: Mapping[Any, Any], stream: Any) -> Any:
@@ -122,12 +109,13 @@ class UserMinibatchSource(abc.ABC):
     """Base of a reader written entirely in Python (``cntk.io.UserMinibatchSource``).
 
     Implement ``stream_infos()`` and ``next_minibatch(num_samples, number_of_workers, worker_rank, device=None)``
-    returning ``{StreamInformation: MinibatchData}`` (``{}`` at the end). Callers may use either calling convention
-    (``source.next_minibatch(64)``, ``next_minibatch(64, 2, 1)``, or ``MinibatchSource``'s ``input_map=``,
-    ``num_data_partitions=``, ``partition_index=``): the method is wrapped when the subclass is created, so it is
-    always called as ``(num_samples, number_of_workers, worker_rank, device)``, checked, and a plain dict it returns
-    becomes a :class:`~cntkio.minibatch.Minibatch` (indexable by stream name). For checkpoints override
-    :meth:`get_checkpoint_state` and :meth:`restore_from_checkpoint`.
+    returning ``{StreamInformation: MinibatchData}`` (``{}`` at the end). Your ``next_minibatch`` is called as you
+    wrote it, wherever it is called (CNTK's convention). :meth:`read_minibatch` (and :meth:`iter_minibatches`) take
+    either calling convention (``read_minibatch(64)``, ``read_minibatch(64, 2, 1)``, or ``MinibatchSource``'s
+    ``input_map=``, ``num_data_partitions=``, ``partition_index=``), call it as ``(num_samples, number_of_workers,
+    worker_rank, device)`` and check what it returns: a plain dict becomes a :class:`~cntkio.minibatch.Minibatch`
+    (indexable by stream name). For checkpoints override :meth:`get_checkpoint_state` and
+    :meth:`restore_from_checkpoint`.
 
     Example::
 
@@ -149,15 +137,11 @@ class UserMinibatchSource(abc.ABC):
             def restore_from_checkpoint(self, state):
                 self.next = state["next"]
 
-        Counter().next_minibatch(8)["n"].asarray()
+        Counter().read_minibatch(8)["n"].asarray()
     """
 
     def __init__(self) -> None:  # noqa: B027 (not abstract: CNTK's subclasses call it)
         """Nothing to set up (subclasses may call it, as CNTK's required)."""
-
-    def __init_subclass__(cls, **kwargs: Any):
-        super().__init_subclass__(**kwargs)
-        _wrap_methods(cls, {"next_minibatch": _adapt_next_minibatch})
 
     @abc.abstractmethod
     def stream_infos(self) -> list[StreamInformation]:
@@ -169,6 +153,14 @@ class UserMinibatchSource(abc.ABC):
     ) -> Mapping[Any, Any]:
         """``{StreamInformation: MinibatchData}`` of about ``num_samples`` samples for worker ``worker_rank`` of
         ``number_of_workers``, or ``{}`` when the source is exhausted."""
+
+    def read_minibatch(self, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`next_minibatch` called with either convention: ``MinibatchSource``'s ``(minibatch_size_in_samples,
+        input_map=None, device=None, num_data_partitions=None, partition_index=None)`` or CNTK's ``(num_samples,
+        number_of_workers, worker_rank, device=None)``; what it returns is checked (a dict; ``{}`` at the end) and a
+        plain dict becomes a :class:`~cntkio.minibatch.Minibatch`, its streams under ``input_map``'s keys if given."""
+        size, workers, rank, device, input_map = _parse_call(args, kwargs)
+        return _checked(self, self.next_minibatch(size, workers, rank, device), input_map)
 
     @cached_property
     def streams(self) -> Record:
@@ -210,8 +202,8 @@ class UserMinibatchSource(abc.ABC):
         return False
 
     def iter_minibatches(self, minibatch_size_in_samples: int, **kwargs: Any) -> Iterator[Mapping[Any, Any]]:
-        """Yields minibatches until the source returns ``{}``."""
-        while minibatch := self.next_minibatch(minibatch_size_in_samples, **kwargs):
+        """Yields minibatches (:meth:`read_minibatch`, the same arguments) until the source returns ``{}``."""
+        while minibatch := self.read_minibatch(minibatch_size_in_samples, **kwargs):
             yield minibatch
 
 
@@ -355,11 +347,16 @@ class MinibatchSourceFromData(UserMinibatchSource):
         """True unless ``max_samples`` is set."""
         return self._limit == math.inf
 
-    def next_minibatch(
-        self, num_samples: int, number_of_workers: int = 1, worker_rank: int = 0, device: Any = None
-    ) -> Minibatch | dict[Any, Any]:
-        """The next items (see the class doc), or ``{}`` once ``max_samples`` samples were delivered."""
-        del device  # arrays are returned on the host
+    def next_minibatch(self, *args: Any, **kwargs: Any) -> Minibatch | dict[Any, Any]:
+        """The next items (see the class doc), or ``{}`` once ``max_samples`` samples were delivered; either calling
+        convention (:meth:`~UserMinibatchSource.read_minibatch`'s)."""
+        num_samples, number_of_workers, worker_rank, _, input_map = _parse_call(args, kwargs)
+        result: Minibatch | dict[Any, Any] = _checked(
+            self, self._next_items(num_samples, number_of_workers, worker_rank), input_map
+        )
+        return result
+
+    def _next_items(self, num_samples: int, number_of_workers: int, worker_rank: int) -> Minibatch | dict[Any, Any]:
         if self._total_num_samples >= self._limit:
             return {}
         begin, count = self._cursor, self.num_items
