@@ -438,6 +438,24 @@ def test_decode_chunk_stacked_and_lists(tmp_path):
     assert calls == [10, 10]  # one call per chunk
 
 
+def test_the_decoders_arrays_are_copied_not_frozen(tmp_path):
+    """The chunk's arrays are read-only; the arrays a decoder returns (which it may keep and reuse) are copied into
+    them, in every form the converter takes (stacked, one per record, flat by the records' lengths)."""
+    path = write(tmp_path / "a.txt", b"".join(b"%d\n" % k for k in range(4)))
+    kept: dict[str, Any] = {}
+
+    def stacked(records: list[bytes]) -> dict[str, Any]:
+        k = np.array(records, dtype=np.float32)
+        kept["x"] = np.stack([k, -k], axis=1)
+        kept["y"] = scipy.sparse.csr_matrix(np.eye(4, dtype=np.float32)[k.astype(int) % 4])
+        return dict(kept)
+
+    chunk = RecordDeserializer(path, None, XY, decode_chunk=stacked).get_chunk(0)
+    assert not chunk["x"].values.flags.writeable and not chunk["y"].values.flags.writeable
+    assert kept["x"].flags.writeable and kept["y"].data.flags.writeable
+    assert chunk["y"].csr().toarray().argmax(axis=1).tolist() == [0, 1, 2, 3]
+
+
 def test_decode_chunk_failure_is_narrowed_to_the_bad_record(tmp_path):
     path = write(tmp_path / "a.txt", b"1,2\n3,4\n5\n7,8\n")
     calls = []

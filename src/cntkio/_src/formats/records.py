@@ -21,15 +21,22 @@ from typing import Any
 import numpy as np
 
 from cntkio import _native
-from cntkio._src.common.arrays import issparse, narrow_lengths
+from cntkio._src.common.arrays import exclusive_cumsum, issparse, narrow_lengths, scipy_sparse
 from cntkio._src.common.errors import ConfigError, FormatError, Location
 from cntkio._src.common.keys import KeyColumn, NumericKeys
 from cntkio._src.common.streams import StreamInformation, iter_stream_defs, parse_precision
 from cntkio._src.formats.data_file import DataFile, FileBacked
 from cntkio._src.formats.error_ledger import ErrorLedger
 from cntkio._src.formats.identity import file_entry, listed
-from cntkio._src.formats.protocol import DenseStream, IndexedDeserializer, ParsedChunk, SequenceIndex, SparseStream
-from cntkio._src.formats.stream_data import bad_index, canonical_sparse
+from cntkio._src.formats.protocol import (
+    DenseStream,
+    IndexedDeserializer,
+    ParsedChunk,
+    SequenceIndex,
+    SparseStream,
+    StreamData,
+)
+from cntkio._src.formats.stream_data import UserDataError, Where, convert
 
 logger = logging.getLogger("cntkio")
 
@@ -54,16 +61,7 @@ class _Stream:
     defines_mb_size: bool
 
 
-@dataclass
-@dataclass
-class _Column:
-    """One stream of decoded records: dense ``values`` (samples, *shape), or sparse CSR parts (``values``,
-    ``indices``, ``row_nnz`` per sample); ``counts`` = samples of each record."""
-
-    values: np.ndarray
-    counts: np.ndarray
-    indices: np.ndarray | None = None
-    row_nnz: np.ndarray | None = None
+Column = tuple[StreamData, np.ndarray]  # a stream of decoded records (stream_data.convert), each record's samples
 
 
 class _RecordError(Exception):
@@ -194,6 +192,7 @@ class RecordDeserializer(FileBacked, IndexedDeserializer):
             )
             for i, s in enumerate(self._streams)
         ]
+        self._numbers = {s.name: i for i, s in enumerate(self._streams)}
         self._header = _HEADER_BYTES[framing]
         self._trailer = _TRAILER_BYTES[framing]
         self._known_bad: dict[int, np.ndarray] = {}  # chunk -> positions of the records found bad in it
@@ -336,19 +335,17 @@ class RecordDeserializer(FileBacked, IndexedDeserializer):
             self._known_bad[chunk_id] = np.flatnonzero(bad)  # later reads decode the rest in one call
         return self._chunk(columns, good, n, bad)
 
-    def _chunk(self, columns: list[_Column], good: np.ndarray, n: int, bad: np.ndarray) -> ParsedChunk:
+    def _chunk(self, columns: list[Column], good: np.ndarray, n: int, bad: np.ndarray) -> ParsedChunk:
         chunk = ParsedChunk(invalid=bad.astype(np.uint8) if bad.any() else None)
-        for stream, column in zip(self._streams, columns):
+        for stream, (decoded, decoded_counts) in zip(self._streams, columns):
             counts = np.zeros(n, dtype=np.int64)
-            counts[good] = column.counts
-            seq_offsets = np.zeros(n + 1, dtype=np.int64)
-            np.cumsum(counts, out=seq_offsets[1:])
+            counts[good] = decoded_counts  # (the bad records: no samples)
+            seq_offsets = exclusive_cumsum(counts)
             data: DenseStream | SparseStream
-            if stream.sparse:
-                assert column.indices is not None and column.row_nnz is not None
-                data = _sparse_stream(column, seq_offsets, stream.shape[0])
+            if isinstance(decoded, SparseStream):
+                data = SparseStream(decoded.values, decoded.indices, decoded.indptr, seq_offsets, decoded.dim)
             else:
-                data = DenseStream(column.values, seq_offsets)
+                data = DenseStream(decoded.values, seq_offsets)
             for array in vars(data).values():
                 if isinstance(array, np.ndarray):
                     array.flags.writeable = False
@@ -386,7 +383,7 @@ class RecordDeserializer(FileBacked, IndexedDeserializer):
         return [buffer[s:e] for s, e in zip(starts.tolist(), ends.tolist())], bad
 
     # ------------------------------------------------------------------------------- decoding
-    def _decode_batch(self, records: list[bytes], lengths: np.ndarray, one: bool) -> list[_Column]:
+    def _decode_batch(self, records: list[bytes], lengths: np.ndarray, one: bool) -> list[Column]:
         """Decodes records (a chunk's, or one record with ``one``) into checked columns; raises
         ``_RecordError`` or the decoder's own exception."""
         n = len(records)
@@ -417,10 +414,10 @@ class RecordDeserializer(FileBacked, IndexedDeserializer):
 
     def _decode_one_by_one(
         self, records: list[bytes], lengths: np.ndarray, good: np.ndarray, first: int
-    ) -> tuple[list[_Column], list[int]]:
+    ) -> tuple[list[Column], list[int]]:
         """Decodes the good records one at a time: every one that fails is counted (its error named) and
         skipped. Returns the columns of the records that decoded and the positions of those that did not."""
-        parts: list[list[_Column]] = []
+        parts: list[list[Column]] = []
         found = []
         for position in good.tolist():
             try:
@@ -429,48 +426,58 @@ class RecordDeserializer(FileBacked, IndexedDeserializer):
                 stream = error.stream if isinstance(error, _RecordError) else None
                 self._count(first + position, _describe(error), stream)
                 found.append(position)
-        columns = [_concatenate([p[k] for p in parts], stream, self.dtype) for k, stream in enumerate(self._streams)]
+        columns = [_concatenate([p[k] for p in parts], info) for k, info in enumerate(self._infos)]
         return columns, found
 
-    def _column(self, stream: _Stream, value: Any, n: int, lengths: np.ndarray) -> _Column:
-        if isinstance(value, (list, tuple)):
-            if len(value) != n:
-                raise _RecordError(
-                    None, stream.name, f"{len(value)} arrays for {n} records (every stream needs one per record)"
-                )
+    def _column(self, stream: _Stream, value: Any, n: int, lengths: np.ndarray) -> Column:
+        """One stream of ``n`` records as the decoder gave it, brought to CNTK's forms (a list of one array or CSR
+        matrix per record; stacked samples, one per record or as many as the records' lengths) and converted by
+        :func:`~cntkio._src.formats.stream_data.convert` (checked; real values cast to the precision)."""
+        info = self._infos[self._numbers[stream.name]]
+        try:
+            if isinstance(value, (list, tuple)):
+                if len(value) != n:
+                    raise _RecordError(
+                        None, stream.name, f"{len(value)} arrays for {n} records (every stream needs one per record)"
+                    )
+                if stream.sparse:
+                    return self._convert([_sparse_item(stream, item, p) for p, item in enumerate(value)], info)
+                stacked = _one_sample_each(stream, value, n)
+                if stacked is not None:  # the common case, checked in one NumPy call
+                    return self._convert(stacked.astype(self.dtype), info)
+                return self._convert([_dense_item(stream, item, p) for p, item in enumerate(value)], info)
             if stream.sparse:
-                parts = [_sparse_item(stream, item, position) for position, item in enumerate(value)]
-                return _join_sparse(parts, self.dtype)
-            stacked = _one_sample_each(stream, value, n)
-            if stacked is not None:  # the common case, checked in one NumPy call
-                return _Column(stacked.astype(self.dtype), np.ones(n, dtype=np.int64))
-            items = [_dense_item(stream, item, position) for position, item in enumerate(value)]
-            counts = np.fromiter((len(item) for item in items), dtype=np.int64, count=n)
-            if not items:
-                return _Column(np.zeros((0, *stream.shape), dtype=self.dtype), counts)
-            return _Column(np.concatenate(items, dtype=self.dtype, casting="unsafe"), counts)
-        if stream.sparse:
-            column = _join_sparse([_sparse_item(stream, value, None)], self.dtype)
-        else:
-            values = _stacked_dense(stream, value)
-            column = _Column(np.array(values, dtype=self.dtype, order="C"), np.zeros(0, dtype=np.int64))
-        rows = len(column.row_nnz) if column.row_nnz is not None else len(column.values)
-        if rows == n:
-            column.counts = np.ones(n, dtype=np.int64)
-        elif rows == int(lengths.sum()):
-            column.counts = lengths.astype(np.int64)
-        else:
+                matrix = _sparse_item(stream, value, None).copy()  # (the chunk's arrays are made read-only)
+                rows = matrix.shape[0]
+            else:
+                matrix = np.array(_stacked_dense(stream, value), dtype=self.dtype, order="C")
+                rows = len(matrix)
             total = int(lengths.sum())
+            if rows == n:
+                return self._convert(matrix, info)
+            if rows == total:
+                offsets = exclusive_cumsum(lengths)
+                flat = (
+                    SparseStream(matrix.data, matrix.indices, matrix.indptr, offsets, info.shape[0])
+                    if stream.sparse
+                    else DenseStream(matrix, offsets)
+                )
+                return self._convert(flat, info)
             expected = f"{n}" if total == n else f"{n} (one per record) or {total} (the records' lengths)"
             raise _RecordError(None, stream.name, f"{rows} samples stacked for {n} records; expected {expected}")
-        return column
+        except UserDataError as error:  # what the converter refused: a record's error once narrowed down to it
+            raise _RecordError(None, stream.name, error.reason) from None
 
-    def _check_lengths(self, columns: list[_Column], lengths: np.ndarray) -> None:
+    def _convert(self, data: Any, info: StreamInformation) -> Column:
+        stream, counts = convert(data, info, "unsafe", Where(self.source_name, None, info.name))
+        return stream, counts
+
+    def _check_lengths(self, columns: list[Column], lengths: np.ndarray) -> None:
         """Every stream has a sample in every record, and the longest (or the defines_mb_size stream) has
-        as many as the record's length; sparse indices are in range."""
+        as many as the record's length."""
         if not len(lengths):
             return
-        counts = np.stack([c.counts for c in columns])
+        counts = np.stack([c for _, c in columns])
         got = counts[self._defining] if self._defining is not None else counts.max(axis=0)
         wrong = np.flatnonzero((got != lengths) | (counts.min(axis=0) < 1))
         if len(wrong):
@@ -485,16 +492,6 @@ class RecordDeserializer(FileBacked, IndexedDeserializer):
                 f"{int(got[position])} samples, but the record's length is {int(lengths[position])}"
                 + ("" if self._has_lengths else " (one sample a record; give sequence_length= for sequences)"),
             )
-        for stream, column in zip(self._streams, columns):
-            found = bad_index(column.indices, stream.shape[0]) if column.indices is not None else None
-            if found is not None:
-                bad, reason = found
-                assert column.row_nnz is not None
-                row = int(np.searchsorted(np.cumsum(column.row_nnz), bad, side="right"))
-                position = int(np.searchsorted(np.cumsum(column.counts), row, side="right"))
-                raise _RecordError(
-                    position, stream.name, f"sample {row - int(column.counts[:position].sum())}: {reason}"
-                )
 
     # --------------------------------------------------------------------------------- errors
     def _count(self, record: int, reason: str, stream: str | None) -> None:
@@ -680,9 +677,8 @@ def _stacked_dense(stream: _Stream, value: Any) -> np.ndarray:
     )
 
 
-def _sparse_item(stream: _Stream, item: Any, position: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Samples of a sparse stream (a SciPy sparse matrix or a dense array) as CSR parts: values, column
-    indices and entries per sample."""
+def _sparse_item(stream: _Stream, item: Any, position: int | None) -> Any:
+    """Samples of a sparse stream (a SciPy sparse matrix or a dense array) as a CSR matrix (samples, dim)."""
     dim = stream.shape[0]
     if issparse(item):
         matrix = item.reshape(1, -1) if item.ndim == 1 else item
@@ -698,47 +694,30 @@ def _sparse_item(stream: _Stream, item: Any, position: int | None) -> tuple[np.n
         a, b = int(indptr[0]), int(indptr[-1])
         if a < 0 or b > min(len(matrix.data), len(matrix.indices)):
             raise _RecordError(position, stream.name, "a malformed CSR matrix (indptr beyond its entries)")
-        return matrix.data[a:b], matrix.indices[a:b], np.diff(indptr)
+        if a == 0:
+            return matrix
+        return scipy_sparse().csr_matrix((matrix.data[a:b], matrix.indices[a:b], indptr - a), shape=matrix.shape)
     dense = _dense_item(stream, item, position) if position is not None else _stacked_dense(stream, item)
     rows, columns = np.nonzero(dense)
-    return dense[rows, columns], columns, np.bincount(rows, minlength=len(dense)).astype(np.int64)
+    indptr = exclusive_cumsum(np.bincount(rows, minlength=len(dense)))
+    return scipy_sparse().csr_matrix((dense[rows, columns], columns, indptr), shape=(len(dense), dim))
 
 
-def _join_sparse(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]], dtype: np.dtype[Any]) -> _Column:
-    counts = np.fromiter((len(p[2]) for p in parts), dtype=np.int64, count=len(parts))
-    if not parts:
-        empty = np.zeros(0, dtype=np.int64)
-        return _Column(np.zeros(0, dtype=dtype), counts, empty, empty)
-    values = np.concatenate([p[0] for p in parts], dtype=dtype, casting="unsafe")
-    indices = np.concatenate([np.asarray(p[1], dtype=np.int64) for p in parts])
-    row_nnz = np.concatenate([p[2] for p in parts])
-    return _Column(values, counts, indices, row_nnz)
-
-
-def _sparse_stream(column: _Column, seq_offsets: np.ndarray, dim: int) -> SparseStream:
-    """The stream's CSR arrays (indices checked): int32 indices sorted within each sample, duplicates summed."""
-    assert column.indices is not None and column.row_nnz is not None
-    indptr = np.zeros(len(column.row_nnz) + 1, dtype=np.int64)
-    np.cumsum(column.row_nnz, out=indptr[1:])
-    return canonical_sparse(column.values, column.indices, indptr, seq_offsets, dim, column.values.dtype)
-
-
-def _concatenate(columns: list[_Column], stream: _Stream, dtype: np.dtype[Any]) -> _Column:
+def _concatenate(columns: list[Column], info: StreamInformation) -> Column:
     """The columns of records decoded one at a time, as one."""
-    counts = np.concatenate([c.counts for c in columns]) if columns else np.zeros(0, dtype=np.int64)
-    if stream.sparse:
-        if not columns:
-            empty = np.zeros(0, dtype=np.int64)
-            return _Column(np.zeros(0, dtype=dtype), counts, empty, empty)
-        return _Column(
-            np.concatenate([c.values for c in columns]),
-            counts,
-            np.concatenate([c.indices for c in columns if c.indices is not None]),
-            np.concatenate([c.row_nnz for c in columns if c.row_nnz is not None]),
-        )
-    if not columns:
-        return _Column(np.zeros((0, *stream.shape), dtype=dtype), counts)
-    return _Column(np.concatenate([c.values for c in columns]), counts)
+    counts = np.concatenate([c for _, c in columns]) if columns else np.zeros(0, dtype=np.int64)
+    parts = [data for data, _ in columns]
+    if info.is_sparse:
+        if not parts:
+            start = np.zeros(1, dtype=np.int64)
+            return SparseStream(np.zeros(0, info.dtype), np.zeros(0, np.int32), start, start, info.shape[0]), counts
+        sparse = [p for p in parts if isinstance(p, SparseStream)]
+        indptr = exclusive_cumsum(np.concatenate([np.diff(p.indptr) for p in sparse]))
+        values, indices = np.concatenate([p.values for p in sparse]), np.concatenate([p.indices for p in sparse])
+        return SparseStream(values, indices, indptr, exclusive_cumsum(counts), info.shape[0]), counts
+    if not parts:
+        return DenseStream(np.zeros((0, *info.shape), dtype=info.dtype), np.zeros(1, dtype=np.int64)), counts
+    return DenseStream(np.concatenate([p.values for p in parts]), exclusive_cumsum(counts)), counts
 
 
 def _as_array(stream: _Stream, value: Any, position: int | None) -> np.ndarray:
