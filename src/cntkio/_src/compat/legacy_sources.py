@@ -7,9 +7,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from cntkio._src.api.source import MinibatchSource, TraceLevel
+from cntkio._src.api.source import TraceLevel
 from cntkio._src.common.sentinels import DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS, INFINITELY_REPEAT
 from cntkio._src.compat.legacy import MAX_UI64, deprecated, max_samples_of_epoch_size, window_keywords
+from cntkio._src.compat.minibatch_source import MinibatchSource
 from cntkio._src.formats.ctf import CTFDeserializer
 
 INFINITE_SAMPLES = INFINITELY_REPEAT  # CNTK 2.0 beta: distributed_after's "never"
