@@ -1,8 +1,9 @@
 """The deserializer protocol: an index of chunks and sequences, and stateless chunk parsing.
 
-Every format (and every user plug-in) implements :class:`Deserializer`. After construction a
-deserializer is immutable: ``get_chunk`` may be called from any thread, in any order, any number of
-times, and returns the same data each time.
+Every format (and every plug-in written as one) implements :class:`Deserializer`; a ``UserDeserializer``
+(CNTK's plug-in API, ``formats/user.py``) is read through the adapter it makes (:func:`as_deserializer`).
+After construction a deserializer is immutable: ``get_chunk`` may be called from any thread, in any
+order, any number of times, and returns the same data each time.
 """
 
 from __future__ import annotations
