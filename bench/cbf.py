@@ -60,8 +60,15 @@ import numpy as np
 
 import cntkio._native
 import cntkio._src.formats.cbf_writer as convert
-from cntkio import CBFDeserializer, CTFDeserializer, MinibatchSource, SparseStream, StreamInformation, write_cbf
-from cntkio._src.api.user import UserDeserializer
+from cntkio import (
+    CBFDeserializer,
+    CTFDeserializer,
+    MinibatchSource,
+    SparseStream,
+    StreamInformation,
+    UserDeserializer,
+    write_cbf,
+)
 from core import KINDS, MINIBATCH, SEED, Report, Totals, cpu_seconds, median, relative, stream_defs
 from ctf_parse import _table, kit_dir, load_anchors
 from harness import Job, Rounds, parser, run, run_child

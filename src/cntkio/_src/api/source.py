@@ -26,7 +26,7 @@ from cntkio._src.corpus.join import JoinReport, LengthMismatch
 from cntkio._src.corpus.table import Corpus
 from cntkio._src.formats.error_ledger import ErrorReport, ledgers_of, restored_ledgers
 from cntkio._src.formats.error_ledger import report as error_report
-from cntkio._src.formats.protocol import Deserializer, DeserializerGroup, flatten_deserializers
+from cntkio._src.formats.protocol import Deserializer, DeserializerGroup, ReadsAsDeserializer, flatten_deserializers
 from cntkio._src.order import Randomization
 from cntkio._src.reading.budget import BudgetReport, window_within
 from cntkio._src.reading.checkpoint import CHECKPOINT_VERSION, merge_checkpoints, seal, validate
@@ -36,6 +36,9 @@ from cntkio._src.reading.stats import ReaderStats, StageClock
 from cntkio._src.reading.steps import steps_of_sweeps
 
 logger = logging.getLogger("cntkio")
+
+
+Readers = Deserializer | ReadsAsDeserializer | Sequence[Deserializer | ReadsAsDeserializer | DeserializerGroup]
 
 
 class TraceLevel(enum.IntEnum):
@@ -89,7 +92,7 @@ class MinibatchSource:
 
     def __init__(
         self,
-        deserializers: Deserializer | Sequence[Deserializer | DeserializerGroup],
+        deserializers: Readers,
         max_samples: int = INFINITELY_REPEAT,
         max_sweeps: int = INFINITELY_REPEAT,
         randomization_window_in_chunks: int = DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS,

@@ -17,21 +17,21 @@ from cntkio import _native
 from cntkio._src.common.arrays import exclusive_cumsum
 from cntkio._src.common.errors import ConfigError
 from cntkio._src.common.streams import StreamInformation, parse_precision
-from cntkio._src.formats.protocol import DenseStream, Deserializer, SparseStream
+from cntkio._src.formats.protocol import DenseStream, Deserializer, ReadsAsDeserializer, SparseStream, as_deserializer
 
 DEFAULT_CBF_CHUNK_SIZE_IN_BYTES = 32 * 1024 * 1024
 MAGIC = 0x636E746B5F62696E
 
 
 def write_cbf(
-    deserializer: Deserializer,
+    reader: Deserializer | ReadsAsDeserializer,
     path: str | os.PathLike[str],
     *,
     chunk_size_in_bytes: int | None = DEFAULT_CBF_CHUNK_SIZE_IN_BYTES,
     precision: str | None = None,
     progress: bool | None = None,
 ) -> Path:
-    """Writes every sequence of ``deserializer`` (in its order) to a CBF file at ``path``.
+    """Writes every sequence of ``reader`` (a deserializer, or a plug-in: in its order) to a CBF file at ``path``.
 
     Streams keep their names, formats and dimensions; ``precision`` (``'float'``/``'double'``) converts
     every stream, ``None`` keeps each one's own. A chunk is closed once it holds ``chunk_size_in_bytes``
@@ -47,6 +47,7 @@ def write_cbf(
         write_cbf(CTFDeserializer("train.ctf", streams), "train.cbf")
         source = MinibatchSource(CBFDeserializer("train.cbf"))
     """
+    deserializer = as_deserializer(reader)
     if chunk_size_in_bytes is not None and int(chunk_size_in_bytes) <= 0:
         raise ConfigError(f"chunk_size_in_bytes must be positive, got {chunk_size_in_bytes}")
     limit = 2**62 if chunk_size_in_bytes is None else int(chunk_size_in_bytes)
