@@ -132,10 +132,7 @@ class MinibatchSource:
             )
         if trace_level is not None:  # only an explicit level overrides the deserializers' own
             for deserializer in deserializers:
-                if hasattr(deserializer, "trace_level"):
-                    deserializer.trace_level = int(trace_level)
-                    if hasattr(deserializer, "errors"):
-                        deserializer.errors.trace_level = int(trace_level)
+                deserializer.set_trace_level(int(trace_level))
         self._deserializer = deserializers[0]
         self.frame_mode = bool(frame_mode)
         for deserializer in deserializers if self.frame_mode else []:
@@ -171,7 +168,7 @@ class MinibatchSource:
         self._corpus = Corpus(
             deserializers, self.data_slice, self.frame_mode, strict=bool(strict), length_mismatch=length_mismatch
         )
-        indexing = sum(float(getattr(d, "index_seconds", 0.0)) for d in deserializers)
+        indexing = sum(d.index_seconds for d in deserializers)
         self._clock.add("index", time.perf_counter() - started + indexing, len(deserializers))
         self._check_aligned()
         if self._corpus.sweep_dependent and self.truncation_length:

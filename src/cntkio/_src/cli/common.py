@@ -146,7 +146,7 @@ def open_source(
     try:
         return MinibatchSource(deserializer, **source_options)
     except BaseException:
-        getattr(deserializer, "close", lambda: None)()
+        deserializer.close()
         raise
 
 
@@ -155,4 +155,4 @@ def close_source(source: MinibatchSource) -> None:
     deserializers = source.deserializers
     source.close()
     for deserializer in deserializers:
-        getattr(deserializer, "close", lambda: None)()
+        deserializer.close()

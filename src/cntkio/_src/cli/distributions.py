@@ -244,7 +244,7 @@ def gather(
         found.add(reader.get_chunk(chunk))
         if advance is not None:
             advance(1)
-    errors = getattr(reader, "errors", None)
+    errors = reader.errors
     found.bad_records = int(errors.count) if errors is not None else 0
     return found.to_dict(bins)
 

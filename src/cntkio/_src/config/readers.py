@@ -42,7 +42,7 @@ class ReaderPlan:
 
     def close(self) -> None:
         for deserializer in self.deserializers:
-            getattr(deserializer, "close", lambda: None)()
+            deserializer.close()
 
 
 @dataclass(frozen=True)

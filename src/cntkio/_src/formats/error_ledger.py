@@ -505,14 +505,7 @@ def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 def ledgers_of(deserializers: Sequence[Any]) -> list[tuple[ErrorLedger, Any]]:
     """The ledger of each deserializer (of each shard of a sharded one), with its deserializer, in order."""
-    found: list[tuple[ErrorLedger, Any]] = []
-    for deserializer in deserializers:
-        shards = getattr(deserializer, "shards", None)
-        if shards is not None:
-            found += ledgers_of(shards)
-        elif isinstance(getattr(deserializer, "errors", None), ErrorLedger):
-            found.append((deserializer.errors, deserializer))
-    return found
+    return [pair for deserializer in deserializers for pair in deserializer.ledgers()]
 
 
 def restored_ledgers(

@@ -19,6 +19,7 @@ from cntkio._src.common.arrays import narrow_lengths, scipy_sparse
 from cntkio._src.common.errors import ConfigError
 from cntkio._src.common.keys import KeyColumn
 from cntkio._src.common.streams import StreamInformation
+from cntkio._src.formats.error_ledger import ErrorLedger
 from cntkio._src.formats.identity import index_identity
 
 if TYPE_CHECKING:
@@ -162,6 +163,37 @@ class Deserializer(abc.ABC):
     #: ``False``: the data means nothing frame by frame (e.g. MLF labels with phone boundaries, whose 2.0 marks a
     #: segment start), so ``MinibatchSource(frame_mode=True)`` refuses it, as CNTK did.
     supports_frame_mode: bool = True
+
+    # Optional members: a format sets those it has; the reader reads them as declared here, with these defaults.
+
+    #: Seconds spent building the index when the deserializer was made (``MinibatchSource.stats()``'s "index").
+    index_seconds: float = 0.0
+
+    #: The size of its chunks in bytes of its files, as asked for (0: not a byte-chunked format); the memory budget
+    #: estimates a parsed chunk from it.
+    chunk_size_in_bytes: int = 0
+
+    #: The ledger of the bad records it counts under ``max_errors`` (None: it counts none).
+    errors: ErrorLedger | None = None
+
+    #: How much it logs of its own (0 errors, 1 warnings, 2 information); None: nothing (see :meth:`set_trace_level`).
+    trace_level: int | None = None
+
+    def set_trace_level(self, level: int) -> None:
+        """How much it logs from now on (``MinibatchSource(trace_level=...)``): its level and its ledger's; a
+        deserializer without a level of its own ignores it."""
+        if self.trace_level is not None:
+            self.trace_level = level
+            if self.errors is not None:
+                self.errors.trace_level = level
+
+    def ledgers(self) -> list[tuple[ErrorLedger, Deserializer]]:
+        """Its ledger with itself (a sharded corpus: each shard's), for checkpoints and error reports."""
+        return [] if self.errors is None else [(self.errors, self)]
+
+    def close(self) -> None:
+        """Releases its files and threads; reading afterwards may raise. Nothing to release by default."""
+        return None
 
     @abc.abstractmethod
     def stream_infos(self) -> list[StreamInformation]:

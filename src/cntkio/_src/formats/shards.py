@@ -35,6 +35,7 @@ import numpy as np
 from cntkio._src.common.errors import ConfigError, FormatError, Location
 from cntkio._src.common.keys import KeyColumn
 from cntkio._src.common.system import available_cores
+from cntkio._src.formats.error_ledger import ErrorLedger
 from cntkio._src.formats.identity import array_digest, identity_of, index_digest, index_identity, listed
 from cntkio._src.formats.protocol import Deserializer, FileTable, IndexedDeserializer, SequenceIndex
 
@@ -76,9 +77,8 @@ class Sharded(Deserializer):
         failed = next((f.exception() for f in futures if f.exception() is not None), None)
         if failed is not None:  # the first file's error, in file order; the shards that opened are closed
             for future in futures:
-                close = getattr(future.result(), "close", None) if future.exception() is None else None
-                if close is not None:
-                    close()
+                if future.exception() is None:
+                    future.result().close()
             raise failed
         shards = [future.result() for future in futures]
         if isinstance(files, (str, bytes, os.PathLike)):
@@ -103,6 +103,7 @@ class ShardedDeserializer(IndexedDeserializer):
         self.filename = description
         self.index_seconds = 0.0  # the time to build the shards and join their indexes (set by the opener)
         first = self.shards[0]
+        self.trace_level = first.trace_level
         layout = _layout(first)
         for shard in self.shards[1:]:
             if _layout(shard) != layout:
@@ -161,24 +162,17 @@ class ShardedDeserializer(IndexedDeserializer):
             identity["options"] = first["options"]
         return identity
 
-    @property
-    def trace_level(self) -> int:
-        return int(getattr(self.shards[0], "trace_level", 1))
-
-    @trace_level.setter
-    def trace_level(self, level: int) -> None:
+    def set_trace_level(self, level: int) -> None:
+        self.trace_level = level
         for shard in self.shards:
-            if hasattr(shard, "trace_level"):
-                shard.trace_level = level
-                errors = getattr(shard, "errors", None)
-                if errors is not None:
-                    errors.trace_level = level
+            shard.set_trace_level(level)
+
+    def ledgers(self) -> list[tuple[ErrorLedger, Deserializer]]:
+        return [pair for shard in self.shards for pair in shard.ledgers()]
 
     def close(self) -> None:
         for shard in self.shards:
-            close = getattr(shard, "close", None)
-            if close is not None:
-                close()
+            shard.close()
 
 
 def _layout(deserializer: Deserializer) -> list[tuple[Any, ...]]:

@@ -115,7 +115,7 @@ def window_within(
         sizes = sizes + ORDER_BYTES_PER_UNIT * corpus.units_per_chunk.astype(np.int64)
     _native.release_free_memory()  # what indexing and the estimate freed is not held against the budget
     largest, mean = int(sizes.max()), math.ceil(float(sizes.mean()))
-    raw = sum(int(getattr(d, "chunk_size_in_bytes", 0) or 0) for d in corpus.deserializers)
+    raw = sum(int(d.chunk_size_in_bytes or 0) for d in corpus.deserializers)
     # the largest chunks first: a window of k chunks holds at most the held_chunks(k) largest
     biggest_first = np.cumsum(np.sort(sizes)[::-1])
 
