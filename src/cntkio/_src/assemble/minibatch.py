@@ -275,7 +275,7 @@ class Provenance:
         return self._names.key_columns(self.units, 0)
 
 
-class Minibatch(dict):  # type: ignore[type-arg]
+class Minibatch(dict[Any, MinibatchData]):
     """``{StreamInformation: MinibatchData}`` that can also be indexed by stream name.
 
     ``sequence_keys`` lists the provenance ``(source, sequence key)`` of each sequence, in row order (for

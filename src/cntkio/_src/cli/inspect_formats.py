@@ -8,11 +8,13 @@ NumPy. ``full=True`` (``validate``) also decodes every image; inspection decodes
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
 import sys
 from collections.abc import Callable
+from importlib.util import find_spec
 from typing import Any
 
 import numpy as np
@@ -322,11 +324,10 @@ def _decode_images(
     """Decodes images ``rows`` (bytes from ``read``): how many of each size (``WxHxC``); an error for each one that
     does not decode, naming the image (``name``: a map's image file) and its line. Without OpenCV
     (``pip install 'cntkio[image]'``) only the base64 is checked."""
-    cv2: Any
-    try:
-        import cv2
-    except ImportError:
-        cv2 = None
+    cv2: Any = None
+    if find_spec("cv2") is not None:
+        cv2 = importlib.import_module("cv2")
+    else:
         report.notes.append("image sizes need OpenCV: pip install 'cntkio[image]'")
     shapes: dict[str, int] = {}
     for done, row in enumerate(rows):

@@ -20,7 +20,8 @@ def scipy_sparse() -> ModuleType:
     """``scipy.sparse``, imported when first needed."""
     import scipy.sparse
 
-    return scipy.sparse
+    module: ModuleType = scipy.sparse
+    return module
 
 
 def exclusive_cumsum(lengths: np.ndarray) -> np.ndarray:

@@ -159,7 +159,7 @@ class RangeKeys(NumericKeys):
         rows = np.where(rows < 0, rows + self.count, rows)  # negative indices count from the end, as in a list
         if len(rows) and (int(rows.min()) < 0 or int(rows.max()) >= self.count):
             raise IndexError(f"key index out of range (0..{self.count - 1})")
-        return rows + self.first  # type: ignore[no-any-return]
+        return rows + self.first
 
     def slice(self, start: int, stop: int) -> RangeKeys:
         start, stop, _ = slice(start, stop).indices(self.count)

@@ -52,7 +52,7 @@ class MinibatchSource(CoreMinibatchSource):
             **kwargs,
         )
 
-    def next_minibatch(  # type: ignore[override]
+    def next_minibatch(
         self,
         minibatch_size_in_samples: int | None = None,
         input_map: Mapping[Any, Any] | None = None,

@@ -28,15 +28,19 @@ class KeyNames:
         """Sequence (in corpus order) of each unit."""
         if self.frame_starts is None:
             return units
-        return np.searchsorted(self.frame_starts, units, side="right") - 1
+        sequences: np.ndarray = np.searchsorted(self.frame_starts, units, side="right") - 1
+        return sequences
 
     def rows_in(self, deserializer: int, sequences: np.ndarray) -> np.ndarray:
         """The sequence of a deserializer (in its own numbering) joined to each corpus sequence."""
+        rows: np.ndarray
         if deserializer:
-            return self.matches[deserializer - 1][sequences]
-        if self.primary_ids is not None:
-            return self.primary_ids[sequences]
-        return sequences + self.first_sequence
+            rows = self.matches[deserializer - 1][sequences]
+        elif self.primary_ids is not None:
+            rows = self.primary_ids[sequences]
+        else:
+            rows = sequences + self.first_sequence
+        return rows
 
     def keys_of(self, units: np.ndarray, deserializer: int = 0) -> list[tuple[str, Any]]:
         """``(source, key)`` of each unit in a deserializer (the primary by default); ``(source, (key, frame))`` in

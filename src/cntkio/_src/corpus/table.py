@@ -146,7 +146,8 @@ class Corpus:
         versions = self.versions[0]
         if versions == 1 or sweeps is None:
             return np.asarray(table_chunks, dtype=np.int32)
-        return (np.asarray(table_chunks, dtype=np.int32) * versions + (sweeps % versions)).astype(np.int32)
+        slots: np.ndarray = (np.asarray(table_chunks, dtype=np.int32) * versions + (sweeps % versions)).astype(np.int32)
+        return slots
 
     def load_plan(self, table_chunks: np.ndarray, sweeps: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
         """The chunks reading the given table chunks in the given sweeps needs, per deserializer: (slots, the sweep

@@ -58,7 +58,7 @@ class CBFDeserializer(Sharded, FileBacked, IndexedDeserializer):
         unknown = set(options) - {"max_errors", "keep_data_in_memory", "cache_index", "chunk_size_in_bytes"}
         if unknown:
             raise ConfigError(f"CBFDeserializer: unknown option(s) {sorted(unknown)}")
-        self.trace_level = int(trace_level)
+        self.trace_level: int = int(trace_level)
         self.data_file = DataFile(self.filename, "CBF")
         self._files = [self.data_file]
         try:

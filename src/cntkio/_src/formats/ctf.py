@@ -158,8 +158,8 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
         self.skip_sequence_ids = bool(skip_sequence_ids)
         self.optional_inputs = bool(optional_inputs)
         self.compat = bool(compat)
-        self.trace_level = int(trace_level)
-        self.errors = ErrorLedger(
+        self.trace_level: int = int(trace_level)
+        self.errors: ErrorLedger = ErrorLedger(
             int(max_errors), self.trace_level, count_repeats=self.compat, file=self.filename, kind_names=_KIND_NAMES,
             quarantine=quarantine_file,
         )  # fmt: skip

@@ -289,7 +289,7 @@ class HTKFeatureDeserializer(IndexedDeserializer):
                 "trace_level": trace_level,
             },
         )
-        self.trace_level = int(trace_level)
+        self.trace_level: int = int(trace_level)
         self._files = _OpenFiles(_open_file_limit())
         definitions = list(iter_stream_defs(streams))
         if not definitions:
@@ -320,7 +320,7 @@ class HTKFeatureDeserializer(IndexedDeserializer):
         limit = definition.max_sequence_length
         self.max_sequence_length = None if limit is None else int(limit)
         self.defines_mb_size = bool(definition.defines_mb_size)
-        self.errors = ErrorLedger(int(max_errors), self.trace_level)
+        self.errors: ErrorLedger = ErrorLedger(int(max_errors), self.trace_level)
         scp = definition.scp
         self.scp_files = [os.fspath(scp)] if isinstance(scp, (str, os.PathLike)) else [os.fspath(s) for s in scp]
         if not self.scp_files:

@@ -141,7 +141,7 @@ class HTKMLFDeserializer(IndexedDeserializer):
         self.files = _paths(definition.mlf, f"stream '{name}': mlf")
         self.phone_boundaries = bool(phone_boundaries)
         self.supports_frame_mode = not self.phone_boundaries
-        self.trace_level = int(trace_level)
+        self.trace_level: int = int(trace_level)
         self.label_mapping_file = None if label_mapping_file is None else os.fspath(label_mapping_file)
         self._identities = [_stat(path) for path in self.files]
 
@@ -175,7 +175,7 @@ class HTKMLFDeserializer(IndexedDeserializer):
         self._index = self._build_index(int(chunk_size_in_bytes), dtype.itemsize + _FRAME_OVERHEAD_BYTES)
         if self.trace_level >= 1 and (self.labels.invalid or self.labels.duplicates):
             logger.warning("HTKMLFDeserializer: %s", self.labels.report())
-        self.errors = ErrorLedger(self.max_errors, self.trace_level)  # (MinibatchSource.error_report)
+        self.errors: ErrorLedger = ErrorLedger(self.max_errors, self.trace_level)  # (MinibatchSource.error_report)
         self.errors.add_reported([entry.error() for entry in self.labels.invalid], "invalid MLF entry")
 
     def _build_index(self, chunk_bytes: int, frame_bytes: int) -> SequenceIndex:

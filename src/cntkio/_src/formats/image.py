@@ -99,7 +99,7 @@ class ImageDeserializerBase(IndexedDeserializer):
         }  # fmt: skip
         self._arguments = ((map_file, streams), {**getattr(self, "_format_options", {}), **options})
         self.filename = os.fspath(map_file)
-        self.trace_level = int(trace_level)
+        self.trace_level: int = int(trace_level)
         config = _Streams(streams, type(self).__name__)
         precision_dtype = parse_precision(precision)
         self.pipeline = ImagePipeline(
@@ -112,7 +112,7 @@ class ImageDeserializerBase(IndexedDeserializer):
         self.grayscale = bool(grayscale)
         self.seed = int(seed)
         self.sweep_dependent = self.pipeline.is_random
-        self.errors = ErrorLedger(int(max_errors), self.trace_level)
+        self.errors: ErrorLedger = ErrorLedger(int(max_errors), self.trace_level)
         self._config = config
         keys, labels, views = self._index_images(config)
         self._finish_index(keys, labels if config.label_dim is not None else None, views, images_per_chunk)

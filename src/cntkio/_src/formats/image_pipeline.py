@@ -202,7 +202,7 @@ def _crop_size_is_random(crop: Crop) -> bool:
         return True
     if crop.jitter_type == "none":
         return False
-    ratio: tuple[float, float] = max(crop.side_ratio, crop.area_ratio)  # type: ignore[type-var,assignment]
+    ratio: tuple[float, float] = max(crop.side_ratio, crop.area_ratio)  # type: ignore[assignment]
     return aspect[0] != aspect[1] or ratio[0] != ratio[1]
 
 
@@ -410,7 +410,8 @@ class ImagePipeline:
         flat = buffers.get(slot)
         if flat is None or flat.nbytes < nbytes:
             flat = buffers[slot] = np.empty(max(nbytes, 1), dtype=np.uint8)
-        return flat[:nbytes].view(dtype).reshape(shape)
+        view: np.ndarray = flat[:nbytes].view(dtype).reshape(shape)
+        return view
 
     def _pixels(self, img: np.ndarray, flip: bool, ops: list[tuple[Any, ...]], index: int) -> np.ndarray:
         """The pixels of ``img`` mirrored when ``flip`` and with ``ops`` applied, as a new HWC (or HW) array: of
@@ -540,9 +541,10 @@ def _hwc(img: np.ndarray) -> np.ndarray:
 
 
 def _interpolation(cv2: Any, name: str) -> int:
-    return {
+    flags: dict[str, int] = {
         "nearest": cv2.INTER_NEAREST,
         "linear": cv2.INTER_LINEAR,
         "cubic": cv2.INTER_CUBIC,
         "lanczos": cv2.INTER_LANCZOS4,
-    }[name]
+    }
+    return flags[name]

@@ -238,7 +238,7 @@ class Crop(ImageTransform):
         if self.fixed_size is not None:
             return False
         aspect: tuple[float, float] = self.aspect_ratio  # type: ignore[assignment]
-        ratio: tuple[float, float] = max(self.side_ratio, self.area_ratio)  # type: ignore[type-var,assignment]
+        ratio: tuple[float, float] = max(self.side_ratio, self.area_ratio)  # type: ignore[assignment]
         if self.jitter_type == "none":
             return aspect[0] != 1  # only the width/height swap of a non-square aspect ratio is random
         return aspect != (1.0, 1.0) or ratio[0] != ratio[1]

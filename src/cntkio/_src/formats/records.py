@@ -178,8 +178,8 @@ class RecordDeserializer(FileBacked, IndexedDeserializer):
         self.decode_chunk = decode_chunk
         self.chunk_size_in_bytes = int(chunk_size_in_bytes)
         self.dtype = parse_precision(precision)
-        self.trace_level = int(trace_level)
-        self.errors = ErrorLedger(int(max_errors), self.trace_level)
+        self.trace_level: int = int(trace_level)
+        self.errors: ErrorLedger = ErrorLedger(int(max_errors), self.trace_level)
         self.skip_blank_lines = bool(skip_blank_lines)
         self.header_lines = int(header_lines)
         self.check_crc = bool(check_crc) and framing == "tfrecord"

@@ -232,13 +232,16 @@ class _ArrowChunk(Deserializer):
     def _samples(self, info: StreamInformation) -> np.ndarray:
         if info.is_sparse:
             return np.diff(self._offsets(f"{info.name}.entries"))
-        return self._table[f"{info.name}.samples"].to_numpy().astype(np.int64)
+        samples: np.ndarray = self._table[f"{info.name}.samples"].to_numpy().astype(np.int64)
+        return samples
 
     def _offsets(self, column: str) -> np.ndarray:
-        return self._table[column].combine_chunks().offsets.to_numpy().astype(np.int64)
+        offsets: np.ndarray = self._table[column].combine_chunks().offsets.to_numpy().astype(np.int64)
+        return offsets
 
     def _values(self, column: str) -> np.ndarray:
-        return self._table[column].combine_chunks().flatten().to_numpy()
+        values: np.ndarray = self._table[column].combine_chunks().flatten().to_numpy()
+        return values
 
     def get_chunk(self, chunk_id: int) -> ParsedChunk:
         chunk = ParsedChunk()

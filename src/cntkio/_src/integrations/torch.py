@@ -455,7 +455,7 @@ def _remove_job_files(owner_pid: int, token: str) -> None:
         shm.remove_job(owner_pid, token)
 
 
-class MinibatchDataset(IterableDataset):  # type: ignore[type-arg]
+class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any to the type checker)
     """Minibatches of a :class:`MinibatchSource` for a PyTorch ``DataLoader`` (``batch_size=None``).
 
     Example::
@@ -762,7 +762,7 @@ def loader(
     prefetch_factor: int | None = None,
     multiprocessing_context: Any = None,
     **dataset_options: Any,
-) -> DataLoader:  # type: ignore[type-arg]
+) -> DataLoader:
     """A ``DataLoader`` over ``MinibatchDataset(make_source, minibatch_size, **dataset_options)``, set up for
     cntkio's minibatches (``batch_size=None``); ``loader.dataset`` is the dataset (``set_epoch``,
     ``load_state_dict``).

@@ -310,7 +310,7 @@ class Cursor:
                     )
         self.sweep, self.block, self.offset = sweep, k, offset
         self.unit_base, self.sample_base = state["block_position"], state["block_samples"]
-        self.partitioning = tuple(state["partitioning"]) if state["partitioning"] else None  # type: ignore[assignment]
+        self.partitioning = tuple(state["partitioning"]) if state["partitioning"] else None
         self.layers = {int(s): [(n, list(c)) for n, c in layers] for s, layers in state["layers"].items()}
         self._own_cache.clear()
 
