@@ -300,9 +300,10 @@ class MinibatchSource:
     def stats(self) -> ReaderStats:
         """Where the time went so far: seconds and counts per stage (index, parse, load, randomize, plan, wait,
         assemble, handoff) and the share of time the consumer spent waiting in ``next_minibatch``
-        (:class:`~cntkio.stats.ReaderStats`; ``print(source.stats())`` shows a table), and the equal-steps plan of
+        (:class:`~cntkio._src.reading.stats.ReaderStats`; ``print(source.stats())`` shows a table), and the equal-steps
+        plan of
         the epoch being read when ranks step together (:mod:`cntkio.equal_steps`), and what ``memory_budget_bytes``
-        allowed (window, parse threads: :class:`~cntkio.budget.BudgetReport`)."""
+        allowed (window, parse threads: :class:`~cntkio._src.reading.budget.BudgetReport`)."""
         budget = None if self.memory_budget is None else dataclasses.asdict(self.memory_budget)
         return dataclasses.replace(self._clock.snapshot(), equal_steps=self.equal_steps, memory_budget=budget)
 
@@ -503,7 +504,8 @@ class MinibatchSource:
             self._engine.set_state(checked, cursor)
 
     def error_report(self, limit: int = 20, arrays: bool = False) -> ErrorReport:
-        """The bad records counted under ``max_errors`` (:class:`~cntkio.error_ledger.ErrorReport`): counts by kind
+        """The bad records counted under ``max_errors`` (:class:`~cntkio._src.formats.error_ledger.ErrorReport`):
+        counts by kind
         and by file, the first ``limit`` located errors (messages built now), and with ``arrays=True`` every error
         held as columns. It survives a checkpoint and restore (counts, and the first errors located)."""
         return error_report([ledger for ledger, _ in ledgers_of(self._corpus.deserializers)], limit, arrays)

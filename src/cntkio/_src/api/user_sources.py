@@ -77,7 +77,7 @@ def _parse_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, int
 
 def _checked(source: UserMinibatchSource, result: Any, input_map: Mapping[Any, Any] | None) -> Any:
     """What a source's ``next_minibatch`` returned, checked: ``{}`` at the end; a plain dict as a
-    :class:`~cntkio.minibatch.Minibatch`; with ``input_map``, the streams under its keys."""
+    :class:`~cntkio._src.assemble.minibatch.Minibatch`; with ``input_map``, the streams under its keys."""
     if not isinstance(result, Mapping):
         raise TypeError(
             f"{type(source).__name__}.next_minibatch must return a dict of StreamInformation -> MinibatchData, "
@@ -113,7 +113,8 @@ class UserMinibatchSource(abc.ABC):
     wrote it, wherever it is called (CNTK's convention). :meth:`read_minibatch` (and :meth:`iter_minibatches`) take
     either calling convention (``read_minibatch(64)``, ``read_minibatch(64, 2, 1)``, or ``MinibatchSource``'s
     ``input_map=``, ``num_data_partitions=``, ``partition_index=``), call it as ``(num_samples, number_of_workers,
-    worker_rank, device)`` and check what it returns: a plain dict becomes a :class:`~cntkio.minibatch.Minibatch`
+    worker_rank, device)`` and check what it returns: a plain dict becomes a
+    :class:`~cntkio._src.assemble.minibatch.Minibatch`
     (indexable by stream name). For checkpoints override :meth:`get_checkpoint_state` and
     :meth:`restore_from_checkpoint`.
 
@@ -158,7 +159,8 @@ class UserMinibatchSource(abc.ABC):
         """:meth:`next_minibatch` called with either convention: ``MinibatchSource``'s ``(minibatch_size_in_samples,
         input_map=None, device=None, num_data_partitions=None, partition_index=None)`` or CNTK's ``(num_samples,
         number_of_workers, worker_rank, device=None)``; what it returns is checked (a dict; ``{}`` at the end) and a
-        plain dict becomes a :class:`~cntkio.minibatch.Minibatch`, its streams under ``input_map``'s keys if given."""
+        plain dict becomes a :class:`~cntkio._src.assemble.minibatch.Minibatch`, its streams under ``input_map``'s keys
+        if given."""
         size, workers, rank, device, input_map = _parse_call(args, kwargs)
         return _checked(self, self.next_minibatch(size, workers, rank, device), input_map)
 

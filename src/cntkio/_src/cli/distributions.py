@@ -41,7 +41,8 @@ class IntegerCounts:
         self.counts[: len(counts)] += counts
 
     def summary(self, bins: int = HISTOGRAM_BINS) -> dict[str, Any]:
-        """What :func:`cntkio.inspect.length_summary` gives for the values counted (computed from the counts)."""
+        """What :func:`cntkio._src.cli.inspect_ctf.length_summary` gives for the values counted (computed from the
+        counts)."""
         present = np.flatnonzero(self.counts)
         if not len(present):
             return {"min": None, "mean": None, "median": None, "max": None, "histogram": []}

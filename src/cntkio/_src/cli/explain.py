@@ -4,7 +4,8 @@ The plan lists the chunks (bytes, sequences, samples), each sweep's randomizatio
 many chunks feed one), and what every rank (data partition), and every ``DataLoader`` worker of a rank, reads per
 sweep: minibatches, sequences, samples, chunks and the first keys. It is computed by the source's own code: each rank
 walks the source's cursor with :meth:`~cntkio.MinibatchSource.plan_minibatch` (what ``skip_minibatch`` does, the units
-it passes returned), and a rank's minibatches go to workers by :func:`cntkio.workers.worker_of`, the rule of
+it passes returned), and a rank's minibatches go to workers by :func:`cntkio._src.integrations.workers.worker_of`, the
+rule of
 :class:`cntkio.torch.MinibatchDataset` — so the plan is what a run reads, not a model of it. The plan is a pure
 function of the index, the configuration (seed, window, ...), the ranks, the workers and the minibatch size; its
 digest says so at a glance.

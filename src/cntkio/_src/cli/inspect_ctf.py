@@ -1,8 +1,8 @@
 """Validates a data file and summarises its contents (the analysis behind ``cntkio inspect`` and ``validate``).
 
 A CTF file is read through :class:`~cntkio.CTFDeserializer`, any other format through its deserializer
-(:mod:`cntkio.inspect_formats`), one chunk at a time; the statistics are computed with NumPy per chunk, so memory
-is bounded by one chunk plus the index. What is counted is what a reader delivers: a bad sample that is skipped
+(:mod:`cntkio._src.cli.inspect_formats`), one chunk at a time; the statistics are computed with NumPy per chunk, so
+memory is bounded by one chunk plus the index. What is counted is what a reader delivers: a bad sample that is skipped
 counts neither in its stream's samples nor in its sequence's length, and a sequence that is dropped (an input
 missing from it, no valid sample at all, no sample of the defining stream) is counted as skipped, not read.
 """

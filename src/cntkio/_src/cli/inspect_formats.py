@@ -1,9 +1,10 @@
 """``cntkio inspect`` and ``validate`` for the formats other than CTF: CBF, HTK features listed in SCP files, MLF
 labels, image map files and Base64 image files; and any deserializer (a reader section's, say).
 
-Each function returns a :class:`~cntkio.inspect.Report`. Streams are read chunk by chunk through the format's
-deserializer (:class:`~cntkio.inspect.ChunkScan`); label statistics come from the parsed index's columns with
-NumPy. ``full=True`` (``validate``) also decodes every image; inspection decodes a few to show their sizes.
+Each function returns a :class:`~cntkio._src.cli.inspect_ctf.Report`. Streams are read chunk by chunk through the
+format's
+deserializer (:class:`~cntkio._src.cli.inspect_ctf.ChunkScan`); label statistics come from the parsed index's columns
+with NumPy. ``full=True`` (``validate``) also decodes every image; inspection decodes a few to show their sizes.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Structured errors shared by all deserializers (the ``max_errors`` ledger: :mod:`cntkio.error_ledger`)."""
+"""Structured errors shared by all deserializers (the ``max_errors`` ledger:
+:mod:`cntkio._src.formats.error_ledger`)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 The first deserializer (the primary) decides the sequences and their order; every other one (a
 secondary) is looked up by key. A primary sequence whose key a secondary lacks is dropped. Keys
-compare as CNTK compared them (:func:`cntkio.keys.comparable`); the join is a native hash table, so
+compare as CNTK compared them (:func:`cntkio._src.common.keys.comparable`); the join is a native hash table, so
 building it costs a few bytes per key and no Python object per key.
 """
 

@@ -4,7 +4,7 @@ A table chunk is a chunk of the primary deserializer (or the part of it inside a
 sequences a secondary lacks) with at least one sequence. Sequences are numbered table chunk after table
 chunk; units are numbered the same way: unit = sequence in sequence mode, one frame (sample) of a
 sequence in frame mode. A single deserializer adds nothing per sequence to its own index in sequence
-mode; several deserializers add the join (:mod:`cntkio.join`): per sequence its length and, for each
+mode; several deserializers add the join (:mod:`cntkio._src.corpus.join`): per sequence its length and, for each
 secondary, the sequence holding its key.
 """
 
@@ -248,8 +248,8 @@ class Corpus:
         return files[int(numbers[0])], key, int(self.lengths[int(sequence[0])])
 
     def identity(self) -> dict[str, Any]:
-        """Identifies the data by content (:mod:`cntkio.identity`): each deserializer's identity, and what the
-        slice and the join made of them."""
+        """Identifies the data by content (:mod:`cntkio._src.formats.identity`): each deserializer's identity, and what
+        the slice and the join made of them."""
         corpus: dict[str, Any] = {
             "first_sequence": int(self.first_sequence),
             "sequences": len(self.lengths),

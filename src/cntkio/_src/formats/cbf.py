@@ -26,7 +26,7 @@ class CBFDeserializer(Sharded, FileBacked, IndexedDeserializer):
 
     Args:
         filename: path of the CBF file; or a list of files, or a glob pattern, read as one corpus
-            (:mod:`cntkio.formats.shards`).
+            (:mod:`cntkio._src.formats.shards`).
         streams: ``StreamDefs(name=StreamDef(field=<stream name in the file>))`` renames file streams;
             ``None`` or empty exposes every stream under its own name. As in CNTK, file streams not
             listed are exposed too, under their own names. A ``shape`` or ``is_sparse`` given must agree

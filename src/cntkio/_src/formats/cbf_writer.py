@@ -224,7 +224,8 @@ def _write_header(
 
 
 def _progress_bar(deserializer: Deserializer, progress: bool | None) -> contextlib.AbstractContextManager[Any]:
-    """A function advancing a tqdm bar over the source's chunks (a no-op without a bar; :mod:`cntkio.progress`)."""
+    """A function advancing a tqdm bar over the source's chunks (a no-op without a bar;
+    :mod:`cntkio._src.common.progress`)."""
     from cntkio._src.common.progress import bar
 
     return bar(progress, deserializer.num_chunks(), f"writing CBF ({deserializer.source_name})")

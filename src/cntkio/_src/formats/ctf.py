@@ -106,12 +106,13 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
         chunk_size_in_bytes: target chunk size; a sequence never spans chunks.
         precision: ``'float'`` (float32) or ``'double'`` (float64), any case.
         trace_level: 0 errors only, 1 warnings, 2 info.
-        cache_index: keep the index in a file next to the data (:mod:`cntkio.index_cache`) and load it on the
+        cache_index: keep the index in a file next to the data (:mod:`cntkio._src.formats.index_cache`) and load it on
+        the
             next open instead of scanning the file; a stale or corrupt cache is rebuilt with a warning.
         index_cache_dir: where to keep index caches instead (for data in a read-only place).
         optional_inputs: allow a stream to be absent from a sequence (zero samples) instead of an error.
         quarantine_file: append the raw lines of every bad record (the whole sequence) to this file when it is first
-            counted, for repair (:mod:`cntkio.error_ledger`).
+            counted, for repair (:mod:`cntkio._src.formats.error_ledger`).
         compat: reproduce CNTK's quirks: index length = line count, blank lines are sequences in line
             mode, sparse entries kept unsorted with duplicates, errors counted on every re-read.
 
@@ -308,7 +309,8 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
         return {**super().identity(), "options": options, "files": [entry]}
 
     def _identity_digests(self) -> dict[str, Any]:
-        """The identity's digests of the index (:func:`~cntkio.identity.index_digest`) and of the file (sampled
+        """The identity's digests of the index (:func:`~cntkio._src.formats.identity.index_digest`) and of the file
+        (sampled
         bytes and its layout: each sequence's byte count, every 1024th sequence's first byte), made once: when the
         index is built with ``cache_index`` (the cache keeps them beside the index, valid exactly as long as it),
         else when first asked."""

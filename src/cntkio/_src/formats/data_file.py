@@ -144,7 +144,7 @@ class DataFile:
 
     def fingerprint(self) -> list[Any]:
         """Name, size and modification time: what a pickled deserializer checks on this machine (checkpoints identify
-        the data by content instead: :mod:`cntkio.identity`)."""
+        the data by content instead: :mod:`cntkio._src.formats.identity`)."""
         return [os.path.basename(self.path), self.identity.size, self.identity.mtime_ns]
 
     def close(self) -> None:

@@ -10,7 +10,7 @@ request. Readers that find their errors one by one in Python (images, HTK, recor
 What is counted, once: a chunk's errors are counted the first time the chunk is parsed (a chunk's errors are a
 function of its bytes, and a file changed in place is refused), so sweeps, evictions and re-reads after a restore do
 not count them again; with ``count_repeats`` (CNTK compat) every parse counts. ``max_errors`` stays a hard limit:
-the error that goes past it raises :class:`~cntkio.errors.MaxErrorsExceeded`.
+the error that goes past it raises :class:`~cntkio._src.common.errors.MaxErrorsExceeded`.
 
 Checkpoints: :meth:`ErrorLedger.get_state` is small and JSON-serialisable: the counts per (chunk, kind, file) — so a
 restored source knows which chunks were counted and does not count them again — and the first :data:`RECORDED`
@@ -134,7 +134,8 @@ class ErrorArrays:
 @dataclass(frozen=True)
 class ErrorReport:
     """What the ledgers of a source counted: ``total``, counts ``by_kind`` and ``by_file``, the first located
-    ``errors`` (:class:`~cntkio.errors.FormatError`), and with ``arrays=True`` every error held, as columns."""
+    ``errors`` (:class:`~cntkio._src.common.errors.FormatError`), and with ``arrays=True`` every error held, as
+    columns."""
 
     total: int
     by_kind: dict[str, int]

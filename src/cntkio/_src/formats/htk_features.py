@@ -1,6 +1,6 @@
 """HTK feature deserializer: utterances listed in SCP files, read by ``pread`` from HTK archives (spec §1).
 
-The index is built from the SCP file(s) (:func:`cntkio.formats.scp.parse_scp`) and the header of every distinct
+The index is built from the SCP file(s) (:func:`cntkio._src.formats.scp.parse_scp`) and the header of every distinct
 physical file. Frames are read by offset when a chunk is parsed and decoded natively with the GIL released (byte
 swap, or ``(short + B) / A`` for compressed ``_C`` data, then the context window). Files are opened when a chunk
 needs them, and a bounded number stays open.

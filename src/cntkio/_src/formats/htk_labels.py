@@ -1,6 +1,6 @@
 """HTK master label files (MLF) as a deserializer: frame labels as one-hot sparse samples (spec/htk-and-mlf.md §2).
 
-The MLF files are parsed once, natively, into runs of states (:func:`cntkio.formats.mlf.parse_mlf`); only the
+The MLF files are parsed once, natively, into runs of states (:func:`cntkio._src.formats.mlf.parse_mlf`); only the
 runs are kept (6 bytes a run, about 24 bytes an utterance plus its key). A chunk is expanded to one value per frame
 only when it is parsed, vectorised (``np.repeat``), and dropped with it.
 """
@@ -232,7 +232,7 @@ class HTKMLFDeserializer(IndexedDeserializer):
 
     @property
     def invalid(self) -> list[InvalidEntry]:
-        """The entries left out (see :class:`cntkio.formats.mlf.InvalidEntry`)."""
+        """The entries left out (see :class:`cntkio._src.formats.mlf.InvalidEntry`)."""
         return self.labels.invalid
 
     @property

@@ -2,7 +2,7 @@
 ``Base64ImageDeserializer`` (base64-encoded images in a text file), with CNTK's transforms.
 
 A chunk is a few images (one by default, as in CNTK). Parsing a chunk reads each image's bytes, decodes it with
-OpenCV and runs the transform pipeline (:class:`~cntkio.formats.image_pipeline.ImagePipeline`) into the chunk's
+OpenCV and runs the transform pipeline (:class:`~cntkio._src.formats.image_pipeline.ImagePipeline`) into the chunk's
 output buffer; OpenCV releases the GIL, so chunks decode on the parse threads in parallel. Random transforms draw
 from a generator derived from (seed, sweep, key, view): the deserializer is *sweep dependent*, so each sweep sees
 new augmentation, the same on any number of threads, workers or ranks, and a checkpoint restores it exactly.

@@ -264,7 +264,7 @@ class ZipArchives:
     and the key of the image (fatal in CNTK).
 
     An archive is read through the table of items it had when it was first opened, so each one's
-    :class:`~cntkio.formats.data_file.FileIdentity` then is kept (also in pickled copies and after a fork): an
+    :class:`~cntkio._src.formats.data_file.FileIdentity` then is kept (also in pickled copies and after a fork): an
     archive opened again must still have it, and :meth:`check_unchanged` (after a chunk's reads) refuses one
     changed since, even with its size and modification time put back.
     """

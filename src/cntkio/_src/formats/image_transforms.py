@@ -1,11 +1,11 @@
 """Image transforms of the image deserializers, with the ``cntk.io.transforms`` names and signatures.
 
 Each function returns a frozen, picklable transform object holding validated parameters; an invalid parameter raises
-:class:`~cntkio.errors.ConfigError` at construction. The transforms are applied, in list order, by
-:class:`cntkio.formats.image_pipeline.ImagePipeline` (spec image.md §4).
+:class:`~cntkio._src.common.errors.ConfigError` at construction. The transforms are applied, in list order, by
+:class:`cntkio._src.formats.image_pipeline.ImagePipeline` (spec image.md §4).
 
 Random transforms take a keyword-only ``seed`` (CNTK's per-transform ``seed`` key). Their random numbers come from a
-generator derived from that seed and the :class:`~cntkio.formats.image_pipeline.RandomDraws` of the image (the
+generator derived from that seed and the :class:`~cntkio._src.formats.image_pipeline.RandomDraws` of the image (the
 deserializer's seed, the sweep, the sequence key and the view), never from global state: the same image in the same
 sweep is always augmented the same way, on any thread or process.
 

@@ -7,7 +7,7 @@ time, change time (ctime) and CRC-32C checksums of its first and last 64 KiB. It
 everything before. A cache is used only when all of that matches; otherwise (stale, corrupt, truncated, another
 version or other options) the index is built again with a warning and the cache rewritten.
 
-The change time and the inode are what a user cannot set back (:class:`~cntkio.formats.data_file.FileIdentity`,
+The change time and the inode are what a user cannot set back (:class:`~cntkio._src.formats.data_file.FileIdentity`,
 as git's index uses them): a file rewritten in place with its size and modification time put back has a new
 ctime, a copied or restored one a new inode, and its cache is built again once (then used again). The device is
 left out: one file on shared storage has other device numbers on other machines, which share its cache.

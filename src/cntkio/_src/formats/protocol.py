@@ -229,11 +229,13 @@ class Deserializer(abc.ABC):
 
     def identity(self) -> dict[str, Any]:
         """Identifies the data by its content, not by where it lies, so that a checkpoint restores on a copy of it
-        (other paths, names or modification times) and never on other data (:mod:`cntkio.identity`).
+        (other paths, names or modification times) and never on other data (:mod:`cntkio._src.formats.identity`).
 
-        A small JSON dict: ``kind`` (the class), ``index`` (:func:`~cntkio.identity.index_identity`: counts and a
+        A small JSON dict: ``kind`` (the class), ``index`` (:func:`~cntkio._src.formats.identity.index_identity`:
+        counts and a
         digest of the chunk boundaries, lengths and keys); file formats add ``options`` (those that shape the
-        index) and ``files`` (:func:`~cntkio.identity.file_entry` of each file). A plug-in whose index does not
+        index) and ``files`` (:func:`~cntkio._src.formats.identity.file_entry` of each file). A plug-in whose index
+        does not
         show all of its data (e.g. the same keys and lengths over other values) adds what tells its data apart::
 
             def identity(self):

@@ -3,7 +3,8 @@ per epoch whatever the number of workers.
 
 Every worker reads the same order (it skips the minibatches of the other workers), so every worker wants much the
 same chunks at much the same time. The first to start loading a chunk *claims* it (a file made atomically), parses
-it and publishes it as a shared-memory file (:mod:`cntkio.shm`); the others wait for that file and map it — zero
+it and publishes it as a shared-memory file (:mod:`cntkio._src.integrations.shm`); the others wait for that file and
+map it — zero
 copies, one physical copy for all workers. The claim is a file lock, which the kernel drops if its holder dies (then
 another worker takes the chunk over); a claimant's load never waits for anybody, so waiting cannot deadlock.
 
@@ -15,7 +16,8 @@ Files are removed by their claimant once every worker has passed the minibatch f
 reader no longer needed the chunk (each worker publishes the minibatch it is at), and what is left when the
 last worker ends an epoch goes with the epoch's directory.
 
-Everything lives in the job's private directory (:func:`cntkio.shm.job_directory`: ``chunks-e<epoch>/`` and the
+Everything lives in the job's private directory (:func:`cntkio._src.integrations.shm.job_directory`:
+``chunks-e<epoch>/`` and the
 ``positions`` table), which no other user can enter: a file another user planted at a name it saw or guessed is
 never read, mapped or written through.
 """
@@ -50,12 +52,12 @@ class ChunkExchange:
     """One worker's side of the exchange for one epoch (see the module).
 
     Args:
-        job: the dataset's shared-memory name (:func:`cntkio.shm.job_name`).
+        job: the dataset's shared-memory name (:func:`cntkio._src.integrations.shm.job_name`).
         epoch, worker, workers: which epoch this worker reads, and its place among the workers.
         corpus: identifies the data and configuration (workers whose sources differ do not share).
 
-    Raises :class:`cntkio.shm.NotPrivate` when something other than a private directory of this user is found where
-    the job's directory, or the epoch's, belongs.
+    Raises :class:`cntkio._src.integrations.shm.NotPrivate` when something other than a private directory of this user
+    is found where the job's directory, or the epoch's, belongs.
     """
 
     splits_chunks = False  # (a ChunkLoader: the worker processes are the parallelism)

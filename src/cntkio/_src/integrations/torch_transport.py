@@ -13,7 +13,8 @@ tensors. One that gets no slot (``/dev/shm`` full) travels inline, in the pickle
 reaches no one, and the batch would be lost (the loader then waits forever). Whatever else goes wrong while a worker
 sends a batch is raised in the main process (:func:`failed`).
 
-The slots of a worker live in the job's private directory (:func:`cntkio.shm.job_directory`) under a name no other
+The slots of a worker live in the job's private directory (:func:`cntkio._src.integrations.shm.job_directory`) under a
+name no other
 pool has — the worker's PID and a random nonce, so that a later worker with a reused PID makes its own — and each
 slot starts with a header (the pool's nonce, the slot, its generation and the serial number of the batch in it) that
 the main process checks against the :class:`Wire` before it trusts the slot.

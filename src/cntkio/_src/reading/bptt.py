@@ -25,8 +25,8 @@ class BpttSlots:
     """The carry-over between BPTT minibatches: per slot, the units not fully delivered yet, and the
     units fetched from the timeline that no slot has taken yet (in timeline order).
 
-    After an elastic merge (:func:`cntkio.checkpoint.merge_checkpoints`) the sequences every old partition had in
-    flight are *merged*: the first read with k partitions shares them out (partition i takes every k-th from the
+    After an elastic merge (:func:`cntkio._src.reading.checkpoint.merge_checkpoints`) the sequences every old partition
+    had in flight are *merged*: the first read with k partitions shares them out (partition i takes every k-th from the
     i-th) into its *carried* queue, which its slots take from, where each piece stopped, before any unit of the
     timeline."""
 

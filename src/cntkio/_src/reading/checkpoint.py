@@ -2,11 +2,13 @@
 of all partitions for an elastic resume.
 
 A state is a small JSON-serialisable dict: ``version``, CNTK's ``minibatchSourcePosition``, a ``fingerprint``:
-the identity of the data by content (:mod:`cntkio.identity`: a copy of the data elsewhere, under other names,
+the identity of the data by content (:mod:`cntkio._src.formats.identity`: a copy of the data elsewhere, under other
+names,
 restores) and of the configuration that decides the order, the ``epoch``, the ``cursor`` (sweep, block, positions,
 partitioning and the *layers* of earlier partitionings: what each earlier partition had read), for truncated BPTT
 the sequences in flight (``bptt_slots``), the error ledgers when errors were counted (``errors``: counts per chunk and
-the first located errors, :mod:`cntkio.error_ledger`), and a ``digest`` of all of it. Anything else, anything out of
+the first located errors, :mod:`cntkio._src.formats.error_ledger`), and a ``digest`` of all of it. Anything else,
+anything out of
 range, or a state changed by hand is rejected with a ``ConfigError`` (a ``ValueError``) before it can make the source
 read other data.
 """
@@ -105,7 +107,7 @@ def _layers(value: Any, sweep: int) -> dict[str, list[list[Any]]]:
 
 def _bptt(value: Any) -> dict[str, Any] | None:
     """Structure and corpus-free ranges of ``bptt_slots`` (units and lengths are checked against the data on
-    restore, :func:`cntkio.bptt.check_in_flight`)."""
+    restore, :func:`cntkio._src.reading.bptt.check_in_flight`)."""
     if value is None:
         return None
     state = _mapping(value, "bptt_slots")
@@ -131,7 +133,8 @@ def _bptt(value: Any) -> dict[str, Any] | None:
 
 def validate(state: Any, fingerprint: Mapping[str, Any]) -> dict[str, Any]:
     """Checks a state's structure and types (ranges that depend on the data are checked on restore)
-    and returns it normalised; ``fingerprint`` is the identity of the source it is for (:mod:`cntkio.identity`).
+    and returns it normalised; ``fingerprint`` is the identity of the source it is for
+    (:mod:`cntkio._src.formats.identity`).
     Raises ``ValueError`` naming the first problem (every difference of data or configuration)."""
     state = _mapping(state, "the state")
     if "version" not in state:

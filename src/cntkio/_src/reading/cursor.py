@@ -1,6 +1,6 @@
 """The read cursor: where a partition stands on the endless timeline of sweeps, and which units it takes next.
 
-The cursor walks the blocks of each sweep's order (:mod:`cntkio.order`). Its state is the sweep, the
+The cursor walks the blocks of each sweep's order (:mod:`cntkio._src.order`). Its state is the sweep, the
 block, the position in the sweep (units) and the sample position of the block, plus, for an elastic
 resume, the *layers* of earlier partitionings of the current sweeps: per earlier partition, the
 position up to which it had read, so that nothing it read is read again.
