@@ -9,9 +9,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "bindings.hpp"
 #include "buffer.hpp"
 #include "htk.hpp"
-#include "numpy_out.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;

@@ -11,16 +11,15 @@
 #include <utility>
 #include <vector>
 
+#include "bindings.hpp"
 #include "file_io.hpp"
 #include "image_index.hpp"
-#include "numpy_out.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
+using cntkio::bindings::OffsetArray;
 
 namespace {
-
-using OffsetArray = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
 void check_file(int fd, int64_t size, int64_t block) {
   if (fd < 0) throw nb::value_error("invalid file descriptor");

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "bindings.hpp"
 #include "image_pixels.hpp"
 
 namespace nb = nanobind;

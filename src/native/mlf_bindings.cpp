@@ -13,8 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "bindings.hpp"
 #include "mlf.hpp"
-#include "numpy_out.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;

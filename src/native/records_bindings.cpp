@@ -7,16 +7,15 @@
 #include <cstdint>
 #include <vector>
 
-#include "numpy_out.hpp"
+#include "bindings.hpp"
 #include "records.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
 using namespace cntkio::records;
+using cntkio::bindings::OffsetArray;
 
 namespace {
-
-using OffsetArray = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
 Framing to_framing(int framing) {
   if (framing != 0 && framing != 1) throw nb::value_error("framing must be 0 (length-prefixed) or 1 (TFRecord)");

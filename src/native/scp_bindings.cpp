@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "numpy_out.hpp"
+#include "bindings.hpp"
 #include "scp.hpp"
 
 namespace nb = nanobind;
