@@ -80,10 +80,14 @@ class ReadingEngine:
     def read(self, minibatch_size: int, partitions: int, index: int, max_sequences: int = 0) -> Minibatch | None:
         """The next minibatch (at most ``max_sequences`` units if > 0), or None at the end of the epoch; the cursor
         moves past it. A read that fails leaves the engine where it was."""
-        with self._rewound_on_error(minibatch_size, max_sequences):
+        saved = self._checked_start(minibatch_size, max_sequences)
+        try:
             if self.truncation_length:
                 return self._read_bptt(minibatch_size, partitions, index)
             return self._read_units(minibatch_size, partitions, index, max_sequences)
+        except BaseException:
+            self._rewind(saved)
+            raise
 
     def timed_read(self, minibatch_size: int, partitions: int, index: int, max_sequences: int = 0) -> Minibatch | None:
         """:meth:`read` with its stages timed for the stage clock."""
@@ -102,37 +106,43 @@ class ReadingEngine:
 
     def skip(self, minibatch_size: int, partitions: int, index: int) -> bool:
         """Advances exactly as :meth:`read` would, reading no data; False at the end of the epoch."""
-        with self._rewound_on_error(minibatch_size):
+        saved = self._checked_start(minibatch_size)
+        try:
             if self.truncation_length:
                 return self._cut_bptt(minibatch_size, partitions, index) is not None
             return len(self._select(minibatch_size, partitions, index).units) > 0
+        except BaseException:
+            self._rewind(saved)
+            raise
 
     def select(self, minibatch_size: int, partitions: int, index: int) -> Selection | None:
         """The units the next minibatch holds, advancing as :meth:`skip` does; None at the end. Sequence and frame
         mode only (truncated BPTT cuts units into pieces)."""
         if self.truncation_length:
             raise ConfigError("plan_minibatch needs sequence or frame mode; this source uses truncated BPTT")
-        with self._rewound_on_error(minibatch_size):
+        saved = self._checked_start(minibatch_size)
+        try:
             selection = self._select(minibatch_size, partitions, index)
+        except BaseException:
+            self._rewind(saved)
+            raise
         return selection if len(selection.units) else None
 
-    @contextmanager
-    def _rewound_on_error(self, minibatch_size: int, max_sequences: int = 0) -> Iterator[None]:
-        """Checks a read's arguments; if the read fails, nothing was delivered: the next starts where it did."""
+    def _checked_start(self, minibatch_size: int, max_sequences: int = 0) -> tuple[Any, dict[str, Any] | None]:
+        """Checks a read's arguments; the position to :meth:`_rewind` to if the read fails."""
         if minibatch_size <= 0:
             raise ValueError(f"minibatch_size_in_samples must be positive, got {minibatch_size}")
         if max_sequences and self.truncation_length:
             raise ConfigError("minibatch_size_in_sequences cannot be used with truncated BPTT (truncation_length)")
-        mark = self.cursor.mark()
-        slots = self.slots.get_state() if self.truncation_length else None
-        try:
-            yield
-        except BaseException:
-            self.cursor.rewind(mark)
-            if slots is not None:
-                self.slots.set_state(slots)
-            self.planner.forget()
-            raise
+        return self.cursor.mark(), self.slots.get_state() if self.truncation_length else None
+
+    def _rewind(self, saved: tuple[Any, dict[str, Any] | None]) -> None:
+        """A read failed: nothing was delivered, so the next starts where it did."""
+        mark, slots = saved
+        self.cursor.rewind(mark)
+        if slots is not None:
+            self.slots.set_state(slots)
+        self.planner.forget()
 
     def _select(self, minibatch_size: int, partitions: int, index: int, max_sequences: int = 0) -> Selection:
         """The next units (at most ``max_sequences`` if > 0: a selection of more is taken again with the budget of its
@@ -155,7 +165,8 @@ class ReadingEngine:
         skipped, sweep_ended = 0, False
         while True:
             selection = self._select(minibatch_size, partitions, index, max_sequences)
-            self._stage_end(0)
+            if self._marks is not None:
+                self._stage_end(0)
             if not len(selection.units):
                 return None
             if skipped >= self.corpus.num_units and math.isinf(self.epoch_end):  # would read on forever
@@ -164,11 +175,13 @@ class ReadingEngine:
                     "skipped as invalid; see the errors counted under max_errors)"
                 )
             self.planner.load(selection, self.cursor, self.epoch_end)
-            self._stage_end(1)
+            if self._marks is not None:
+                self._stage_end(1)
             sweeps = selection.sweeps() if versioned else None
             sweep_ended = sweep_ended or bool(selection.sweep_ends)
             minibatch = self.assembler.minibatch(selection.units, selection.chunks, sweep_ended, sweeps=sweeps)
-            self._stage_end(2)
+            if self._marks is not None:
+                self._stage_end(2)
             if len(minibatch.provenance.units):
                 return minibatch
             skipped += len(selection.units)
@@ -203,13 +216,16 @@ class ReadingEngine:
         if cut is None:
             return None
         end_of_sweep, (units, offsets, counts, rows) = cut
-        self._stage_end(0)
+        if self._marks is not None:
+            self._stage_end(0)
         chunks = self.corpus.chunk_of_units(units)
         self.planner.load(Selection(units, chunks, counts, []), self.cursor, self.epoch_end, extra=self.slots.units())
-        self._stage_end(1)
+        if self._marks is not None:
+            self._stage_end(1)
         rows_layout = (offsets, counts, rows)
         minibatch = self.assembler.minibatch(units, chunks, end_of_sweep, rows_layout, len(self.slots.slots))
-        self._stage_end(2)
+        if self._marks is not None:
+            self._stage_end(2)
         return minibatch
 
     def _stage_end(self, stage: int) -> None:
