@@ -172,7 +172,7 @@ def _run(code: str) -> subprocess.CompletedProcess[str]:
 
 def test_native_key_join_of_int64_columns_does_not_crash() -> None:
     """``_native.join_keys`` takes integer columns as uint64 arrays; an int64 array (what kind 0, "signed",
-    naturally is) is converted by nanobind into a temporary that ``to_key_column`` (module.cpp) lets go
+    naturally is) is converted by nanobind into a temporary that ``to_key_column`` (keys_bindings.cpp) lets go
     before the join reads it: a use after free (a segfault for arrays the allocator unmaps)."""
     result = _run(
         """
@@ -193,7 +193,7 @@ def test_native_key_join_of_int64_columns_does_not_crash() -> None:
 
 def test_native_lookup_of_a_converted_match_array_does_not_crash() -> None:
     """``ChunkStore.set_lookup`` casts a match array that is neither int32 nor int64 with conversion into a
-    local ndarray (module.cpp ``set_lookup``): the pointer it stores (and validates at once) belongs to a
+    local ndarray (store_bindings.cpp ``set_lookup``): the pointer it stores (and validates at once) belongs to a
     temporary freed at the end of the branch, while only the original array is kept alive."""
     result = _run(
         """

@@ -461,8 +461,8 @@ def test_native_entry_points_check_their_arguments(tmp_path):
         with pytest.raises(ValueError, match="out of range"):
             _native.ctf_index(fd, 10, False, [("x", False, 2**62)], -1, False, False, True, 100)
         store = _native.ChunkStore([[(False, 2, "f", 4)], [(True, 5, "f", 4)]], [2, 3])
-        *_, missing = store.gather(np.array([1], dtype=np.int32), np.array([0], dtype=np.int64), None, None, 0)
-        assert missing == [(0, 1)]  # not loaded: the caller loads it and asks again
+        gathered = store.gather(np.array([1], dtype=np.int32), np.array([0], dtype=np.int64), None, None, 0)
+        assert gathered.missing == [(0, 1)]  # not loaded: the caller loads it and asks again
         with pytest.raises(ValueError, match="differ in length"):
             store.gather(np.array([1], dtype=np.int32), np.array([0, 1], dtype=np.int64), None, None, 0)
         with pytest.raises(ValueError, match="out of range"):

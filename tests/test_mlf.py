@@ -267,8 +267,8 @@ def test_long_lines_cross_blocks(tmp_path):
         result = _native.mlf_parse(fd, os.fstat(fd).st_size, STATES, 5, 256)
     finally:
         os.close(fd)
-    assert result["fatal"] is None and len(result["lengths"]) == 50
-    assert result["run_counts"].tolist() == [1, 2] * 50
+    assert result.fatal is None and len(result.lengths) == 50
+    assert result.run_counts.tolist() == [1, 2] * 50
 
 
 def naive_parse(text: str, states: list[str]) -> dict[str, tuple[list[int], list[int]]]:

@@ -21,18 +21,22 @@ ERROR_COLUMNS = ("offset", "kind", "stream", "sequence", "line", "column", "byte
 
 
 def index(path: Path, threads: int, **options: Any) -> dict[str, Any]:
-    """The native index, its errors (a ``_native.CtfErrors``) as a dict of columns."""
+    """The native index (a ``_native.CtfIndexResult``) as a dict of its properties, its errors (a
+    ``_native.CtfErrors``) as a dict of columns."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        result: dict[str, Any] = _native.ctf_index(
+        result = _native.ctf_index(
             fd, os.fstat(fd).st_size, options.get("line", False), ALIASES, options.get("defining", -1),
             options.get("count_lines", False), False, options.get("require_all", True), options.get("chunk", 64),
             threads=threads, parallel_min_bytes=0,
         )  # fmt: skip
     finally:
         os.close(fd)
-    result["errors"] = {column: getattr(result["errors"], column) for column in ERROR_COLUMNS}
-    return result
+    fields = {
+        name: getattr(result, name) for name, member in vars(type(result)).items() if isinstance(member, property)
+    }
+    fields["errors"] = {column: getattr(result.errors, column) for column in ERROR_COLUMNS}
+    return fields
 
 
 def same(one: dict[str, Any], two: dict[str, Any]) -> None:
@@ -147,6 +151,6 @@ def test_numeric_ids_and_stream_names_are_read_exactly(tmp_path, rows, long_name
         os.close(fd)
     keys, lengths = reference_index(text, aliases)
     kept = [k for k, n in zip(keys, lengths, strict=True) if n > 0]
-    assert not result["fatal"]
-    np.testing.assert_array_equal(result["keys"], kept)
-    np.testing.assert_array_equal(result["lengths"], [n for n in lengths if n > 0])
+    assert not result.fatal
+    np.testing.assert_array_equal(result.keys, kept)
+    np.testing.assert_array_equal(result.lengths, [n for n in lengths if n > 0])

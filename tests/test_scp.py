@@ -106,12 +106,17 @@ def test_lines_crossing_read_blocks(tmp_path: Path) -> None:
     path = write(tmp_path / "blocks.scp", "\r\n".join(lines))  # and no final newline
 
     def columns(block: int) -> dict[str, Any]:
+        """The parser's result (a ``_native.ScpParseResult``) as a dict of its properties."""
         parser = _native.ScpParser(None, block)
         with open(path, "rb") as file:
             assert parser.add(file.fileno(), os.fstat(file.fileno()).st_size, b".") is None
-        return parser.finish()
+        result = parser.finish()
+        return {
+            name: getattr(result, name) for name, member in vars(type(result)).items() if isinstance(member, property)
+        }
 
     small, large = columns(256), columns(1 << 20)
+    assert len(large) == 12  # every property
     for name, value in large.items():
         assert np.array_equal(value, small[name]) if isinstance(value, np.ndarray) else value == small[name], name
     assert len(large["starts"]) == 400 and large["key_offsets"][18] - large["key_offsets"][17] == 1004

@@ -78,9 +78,28 @@ CtfErrors to_columns(std::vector<ErrorRecord>&& errors, const std::vector<std::s
           to_numpy(std::move(bytes)), to_numpy(std::move(blob))};
 }
 
-nb::dict index_ctf(int fd, int64_t size, bool force_line_mode, const std::vector<AliasSpec>& aliases,
-                    int defining_stream, bool count_lines, bool keep_empty_lines, bool require_all_inputs,
-                    int64_t chunk_size, int threads, int64_t parallel_min_bytes) {
+// ctf_index's result (cntkio._native.CtfIndexResult): the index of a CTF file, read-only. The arrays are made into
+// NumPy arrays once (no copy); a property gives the same array on every access.
+struct CtfIndexResult {
+  int mode = 0;        // IdMode: 0 line, 1 numeric ids, 2 text ids
+  int64_t begin = 0;   // first data byte (past a BOM and leading whitespace)
+  nb::object offsets;  // int64: first byte of each kept sequence
+  nb::object ends;     // int64: end of each kept sequence's bytes
+  nb::object lengths;  // int32: samples of each kept sequence
+  nb::object keys;     // uint64: numeric keys (the line number in line mode)
+  nb::object key_blob;     // uint8: text mode: the ids, back to back
+  nb::object key_offsets;  // int64: text mode: id i is key_blob[key_offsets[i]:key_offsets[i + 1]]
+  nb::object chunk_starts;       // int64: first sequence of each chunk, then the sequence count
+  nb::object chunk_first_lines;  // int64: 0-based line of each chunk's first sequence
+  nb::object errors;             // CtfErrors: counted errors, with their sequences' key texts
+  int64_t dropped_lines = 0, dropped_sequences = 0, total_lines = 0, repeated_keys = 0;
+  std::string fatal;  // non-empty: the fatal error's message
+  int64_t fatal_offset = -1, fatal_line = 0, fatal_column = 0;
+};
+
+CtfIndexResult index_ctf(int fd, int64_t size, bool force_line_mode, const std::vector<AliasSpec>& aliases,
+                         int defining_stream, bool count_lines, bool keep_empty_lines, bool require_all_inputs,
+                         int64_t chunk_size, int threads, int64_t parallel_min_bytes) {
   IndexOptions options;
   options.force_line_mode = force_line_mode;
   options.aliases = to_aliases(aliases);
@@ -101,27 +120,27 @@ nb::dict index_ctf(int fd, int64_t size, bool force_line_mode, const std::vector
     nb::gil_scoped_release release;
     r = cntkio::ctf::index_file(fd, size, options);
   }
-  nb::dict d;
-  d["mode"] = static_cast<int>(r.mode);
-  d["begin"] = r.begin;
-  d["offsets"] = to_numpy(std::move(r.offsets));
-  d["ends"] = to_numpy(std::move(r.ends));
-  d["lengths"] = to_numpy(std::move(r.lengths));
-  d["keys"] = to_numpy(std::move(r.keys));
-  d["key_blob"] = to_numpy(std::vector<uint8_t>(r.key_blob.begin(), r.key_blob.end()));
-  d["key_offsets"] = to_numpy(std::move(r.key_offsets));
-  d["chunk_starts"] = to_numpy(std::move(r.chunk_starts));
-  d["chunk_first_lines"] = to_numpy(std::move(r.chunk_first_lines));
-  d["errors"] = to_columns(std::move(r.errors), r.error_keys);
-  d["dropped_lines"] = r.dropped_lines;
-  d["dropped_sequences"] = r.dropped_sequences;
-  d["total_lines"] = r.total_lines;
-  d["repeated_keys"] = r.repeated_keys;
-  d["fatal"] = r.fatal;
-  d["fatal_offset"] = r.fatal_offset;
-  d["fatal_line"] = r.fatal_line;
-  d["fatal_column"] = r.fatal_column;
-  return d;
+  CtfIndexResult out;
+  out.mode = static_cast<int>(r.mode);
+  out.begin = r.begin;
+  out.offsets = numpy_object(std::move(r.offsets));
+  out.ends = numpy_object(std::move(r.ends));
+  out.lengths = numpy_object(std::move(r.lengths));
+  out.keys = numpy_object(std::move(r.keys));
+  out.key_blob = numpy_object(std::vector<uint8_t>(r.key_blob.begin(), r.key_blob.end()));
+  out.key_offsets = numpy_object(std::move(r.key_offsets));
+  out.chunk_starts = numpy_object(std::move(r.chunk_starts));
+  out.chunk_first_lines = numpy_object(std::move(r.chunk_first_lines));
+  out.errors = nb::cast(to_columns(std::move(r.errors), r.error_keys));
+  out.dropped_lines = r.dropped_lines;
+  out.dropped_sequences = r.dropped_sequences;
+  out.total_lines = r.total_lines;
+  out.repeated_keys = r.repeated_keys;
+  out.fatal = std::move(r.fatal);
+  out.fatal_offset = r.fatal_offset;
+  out.fatal_line = r.fatal_line;
+  out.fatal_column = r.fatal_column;
+  return out;
 }
 
 template <class T>
@@ -147,16 +166,7 @@ nb::tuple parse_typed(int fd, int64_t start, int64_t size, int64_t first_line, c
                                     to_numpy(std::move(b.seq_offsets))));
     }
   }
-  nb::dict stats;
-  stats["padded_samples"] = r.stats.padded_samples;
-  stats["first_padded_offset"] = r.stats.first_padded_offset;
-  stats["unknown_inputs"] = r.stats.unknown_inputs;
-  stats["first_unknown_offset"] = r.stats.first_unknown_offset;
-  stats["first_padded_line"] = r.stats.first_padded_line;
-  stats["first_padded_column"] = r.stats.first_padded_column;
-  stats["first_unknown_line"] = r.stats.first_unknown_line;
-  stats["first_unknown_column"] = r.stats.first_unknown_column;
-  return nb::make_tuple(streams, to_columns(std::move(r.errors)), stats);
+  return nb::make_tuple(streams, to_columns(std::move(r.errors)), std::move(r.stats));
 }
 
 // Reads [start, end) of the file and parses the sequences [starts[i], ends[i]) (relative to start); `lengths`, their
@@ -207,14 +217,47 @@ void bind_ctf(nb::module_& m) {
       .def_prop_ro("key_blob", [](const CtfErrors& e) { return e.key_blob; }, nb::rv_policy::automatic, "index errors: their sequences' key texts, back to back")
       .def_prop_ro("key_offsets", [](const CtfErrors& e) { return e.key_offsets; }, nb::rv_policy::automatic, "index errors: key i is key_blob[key_offsets[i]:key_offsets[i+1]]")
       .def("__len__", [](const CtfErrors& e) { return e.offset.shape(0); });
+  nb::class_<CtfIndexResult>(m, "CtfIndexResult", "The index of a CTF file (ctf_index), read-only.")
+      .def_ro("mode", &CtfIndexResult::mode, "IdMode of the file: 0 line, 1 numeric ids, 2 text ids")
+      .def_ro("begin", &CtfIndexResult::begin, "first data byte (past a byte order mark and leading whitespace)")
+      .def_ro("offsets", &CtfIndexResult::offsets, "int64: first byte of each kept sequence")
+      .def_ro("ends", &CtfIndexResult::ends, "int64: end of each kept sequence's bytes")
+      .def_ro("lengths", &CtfIndexResult::lengths, "int32: samples of each kept sequence")
+      .def_ro("keys", &CtfIndexResult::keys, "uint64: numeric keys (the line number in line mode)")
+      .def_ro("key_blob", &CtfIndexResult::key_blob, "uint8: text ids, back to back")
+      .def_ro("key_offsets", &CtfIndexResult::key_offsets, "int64: text id i is key_blob[key_offsets[i]:key_offsets[i+1]]")
+      .def_ro("chunk_starts", &CtfIndexResult::chunk_starts, "int64: first sequence of each chunk, then the sequence count")
+      .def_ro("chunk_first_lines", &CtfIndexResult::chunk_first_lines, "int64: 0-based line of each chunk's first sequence")
+      .def_ro("errors", &CtfIndexResult::errors, "CtfErrors: the counted errors (their sequences were dropped)")
+      .def_ro("dropped_lines", &CtfIndexResult::dropped_lines, "lines without the defining stream, or empty (line mode)")
+      .def_ro("dropped_sequences", &CtfIndexResult::dropped_sequences, "id-mode sequences without the defining stream")
+      .def_ro("total_lines", &CtfIndexResult::total_lines, "lines of the file (when counted)")
+      .def_ro("repeated_keys", &CtfIndexResult::repeated_keys, "sequences whose id an earlier sequence already used")
+      .def_ro("fatal", &CtfIndexResult::fatal, "the fatal error's message, or '' (none)")
+      .def_ro("fatal_offset", &CtfIndexResult::fatal_offset, "byte offset of the fatal error (-1: none)")
+      .def_ro("fatal_line", &CtfIndexResult::fatal_line, "1-based line of the fatal error (0: unknown)")
+      .def_ro("fatal_column", &CtfIndexResult::fatal_column, "1-based column of the fatal error (0: unknown)");
+  nb::class_<ParseStats>(m, "CtfParseStats", "What ctf_parse noted in a chunk (read-only): zero-padded dense samples "
+                            "and samples of inputs not configured, with the first of each.")
+      .def_ro("padded_samples", &ParseStats::padded_samples, "dense samples with fewer values than their dimension")
+      .def_ro("first_padded_offset", &ParseStats::first_padded_offset, "byte offset of the first (-1: none)")
+      .def_ro("first_padded_line", &ParseStats::first_padded_line, "its 1-based line")
+      .def_ro("first_padded_column", &ParseStats::first_padded_column, "its 1-based column")
+      .def_ro("unknown_inputs", &ParseStats::unknown_inputs, "samples of inputs not in the configuration (skipped)")
+      .def_ro("first_unknown_offset", &ParseStats::first_unknown_offset, "byte offset of the first (-1: none)")
+      .def_ro("first_unknown_line", &ParseStats::first_unknown_line, "its 1-based line")
+      .def_ro("first_unknown_column", &ParseStats::first_unknown_column, "its 1-based column");
   m.def("ctf_index", &index_ctf, "fd"_a, "size"_a, "force_line_mode"_a, "aliases"_a, "defining_stream"_a,
         "count_lines"_a, "keep_empty_lines"_a, "require_all_inputs"_a, "chunk_size"_a, "threads"_a = 1,
         "parallel_min_bytes"_a = int64_t{64} << 20,
         "Index the CTF file open as fd, reading it with pread (GIL released); a file of at least parallel_min_bytes "
-        "is indexed in up to `threads` parts at once (split where a sequence starts), with the same result.");
+        "is indexed in up to `threads` parts at once (split where a sequence starts), with the same result: a "
+        "CtfIndexResult.");
   m.def("ctf_parse", &parse_file, "fd"_a, "start"_a, "end"_a, "first_line"_a, "starts"_a, "ends"_a, "mode"_a,
         "aliases"_a, "double_precision"_a, "sort_sparse"_a, "threads"_a = 1, "lengths"_a = nb::none(),
         "Read bytes [start, end) of the file and parse the given sequences into flat NumPy buffers (GIL released), "
         "on up to `threads` threads (runs of sequences of about equal bytes, joined: the same result); `lengths` "
-        "(int64, the index's sample counts) size the output buffers up front.");
+        "(int64, the index's sample counts) size the output buffers up front. Returns (streams: per stream "
+        "(values, indices, indptr, seq_offsets) when sparse, (values (samples, dim), seq_offsets) when dense; "
+        "CtfErrors; CtfParseStats).");
 }

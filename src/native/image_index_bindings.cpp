@@ -17,6 +17,7 @@
 
 namespace nb = nanobind;
 using namespace nb::literals;
+using cntkio::bindings::numpy_object;
 using cntkio::bindings::OffsetArray;
 
 namespace {
@@ -35,7 +36,35 @@ nb::object fatal_tuple(const cntkio::image::Fatal& f) {
   return nb::make_tuple(f.message, f.offset, f.line, f.column, detail, key, f.key_index);
 }
 
-nb::dict image_map_scan(int fd, int64_t size, nb::bytes directory, int64_t label_dim, int64_t block) {
+// image_map_scan's result (cntkio._native.ImageMapScanResult), read-only. The arrays are made into NumPy arrays
+// once (no copy); a property gives the same object on every access.
+struct ImageMapScanResult {
+  int64_t columns = 0;                        // 2 or 3 (0: the file has no line)
+  nb::object key_blob, key_offsets;           // uint8, int64: 3 columns: the keys
+  nb::object key_index;                       // int64: 2 columns: the 0-based physical line index
+  nb::object path_blob, path_offsets;         // uint8, int64: distinct plain paths and zip items
+  nb::object path_ids;                        // int32
+  nb::object container_blob, container_offsets;  // uint8, int64: distinct zip archives
+  nb::object container_ids;                   // int32 (-1: a plain file)
+  nb::object labels;                          // int64 (-1: not parsed)
+  nb::object lines;                           // int32 (1-based)
+  nb::object offsets;                         // int64: line starts
+  nb::object fatal;                           // None or the fatal_tuple
+};
+
+// base64_index_scan's result (cntkio._native.Base64ScanResult), read-only, made as ImageMapScanResult is.
+struct Base64ScanResult {
+  bool has_keys = false, numeric_keys = true;
+  nb::object key_blob, key_offsets;  // uint8, int64: text keys
+  nb::object key_values;             // uint64: numeric keys, or the 0-based line index without keys
+  nb::object labels;                 // int64 (-1: not parsed)
+  nb::object payload_offsets, payload_lengths;  // int64: the base64 field
+  nb::object lines;                  // int32 (1-based)
+  nb::object offsets;                // int64: line starts
+  nb::object fatal;                  // None or the fatal_tuple
+};
+
+ImageMapScanResult image_map_scan(int fd, int64_t size, nb::bytes directory, int64_t label_dim, int64_t block) {
   check_file(fd, size, block);
   if (label_dim < -1 || label_dim == 0) throw nb::value_error("label_dim must be >= 1, or -1 (no labels)");
   cntkio::image::MapOptions options;
@@ -48,25 +77,25 @@ nb::dict image_map_scan(int fd, int64_t size, nb::bytes directory, int64_t label
     nb::gil_scoped_release release;
     cntkio::image::scan_map(fd, size, options, r, fatal);
   }
-  nb::dict d;
-  d["columns"] = r.columns;
-  d["key_blob"] = cntkio::to_numpy(std::move(r.key_blob));
-  d["key_offsets"] = cntkio::to_numpy(std::move(r.key_offsets));
-  d["key_index"] = cntkio::to_numpy(std::move(r.key_index));
-  d["path_blob"] = cntkio::to_numpy(std::move(r.path_blob));
-  d["path_offsets"] = cntkio::to_numpy(std::move(r.path_offsets));
-  d["path_ids"] = cntkio::to_numpy(std::move(r.path_ids));
-  d["container_blob"] = cntkio::to_numpy(std::move(r.container_blob));
-  d["container_offsets"] = cntkio::to_numpy(std::move(r.container_offsets));
-  d["container_ids"] = cntkio::to_numpy(std::move(r.container_ids));
-  d["labels"] = cntkio::to_numpy(std::move(r.labels));
-  d["lines"] = cntkio::to_numpy(std::move(r.lines));
-  d["offsets"] = cntkio::to_numpy(std::move(r.offsets));
-  d["fatal"] = fatal_tuple(fatal);
-  return d;
+  ImageMapScanResult out;
+  out.columns = r.columns;
+  out.key_blob = numpy_object(std::move(r.key_blob));
+  out.key_offsets = numpy_object(std::move(r.key_offsets));
+  out.key_index = numpy_object(std::move(r.key_index));
+  out.path_blob = numpy_object(std::move(r.path_blob));
+  out.path_offsets = numpy_object(std::move(r.path_offsets));
+  out.path_ids = numpy_object(std::move(r.path_ids));
+  out.container_blob = numpy_object(std::move(r.container_blob));
+  out.container_offsets = numpy_object(std::move(r.container_offsets));
+  out.container_ids = numpy_object(std::move(r.container_ids));
+  out.labels = numpy_object(std::move(r.labels));
+  out.lines = numpy_object(std::move(r.lines));
+  out.offsets = numpy_object(std::move(r.offsets));
+  out.fatal = fatal_tuple(fatal);
+  return out;
 }
 
-nb::dict base64_index_scan(int fd, int64_t size, int64_t label_dim, int64_t block) {
+Base64ScanResult base64_index_scan(int fd, int64_t size, int64_t label_dim, int64_t block) {
   check_file(fd, size, block);
   if (label_dim < -1 || label_dim == 0) throw nb::value_error("label_dim must be >= 1, or -1 (no labels)");
   cntkio::image::Base64Options options;
@@ -78,19 +107,19 @@ nb::dict base64_index_scan(int fd, int64_t size, int64_t label_dim, int64_t bloc
     nb::gil_scoped_release release;
     cntkio::image::scan_base64(fd, size, options, r, fatal);
   }
-  nb::dict d;
-  d["has_keys"] = r.has_keys;
-  d["numeric_keys"] = r.numeric_keys;
-  d["key_blob"] = cntkio::to_numpy(std::move(r.key_blob));
-  d["key_offsets"] = cntkio::to_numpy(std::move(r.key_offsets));
-  d["key_values"] = cntkio::to_numpy(std::move(r.key_values));
-  d["labels"] = cntkio::to_numpy(std::move(r.labels));
-  d["payload_offsets"] = cntkio::to_numpy(std::move(r.payload_offsets));
-  d["payload_lengths"] = cntkio::to_numpy(std::move(r.payload_lengths));
-  d["lines"] = cntkio::to_numpy(std::move(r.lines));
-  d["offsets"] = cntkio::to_numpy(std::move(r.offsets));
-  d["fatal"] = fatal_tuple(fatal);
-  return d;
+  Base64ScanResult out;
+  out.has_keys = r.has_keys;
+  out.numeric_keys = r.numeric_keys;
+  out.key_blob = numpy_object(std::move(r.key_blob));
+  out.key_offsets = numpy_object(std::move(r.key_offsets));
+  out.key_values = numpy_object(std::move(r.key_values));
+  out.labels = numpy_object(std::move(r.labels));
+  out.payload_offsets = numpy_object(std::move(r.payload_offsets));
+  out.payload_lengths = numpy_object(std::move(r.payload_lengths));
+  out.lines = numpy_object(std::move(r.lines));
+  out.offsets = numpy_object(std::move(r.offsets));
+  out.fatal = fatal_tuple(fatal);
+  return out;
 }
 
 // Decodes `n` bytes at `data` (trailing non-base64 bytes dropped) into `out`; false when invalid.
@@ -171,18 +200,47 @@ nb::bytes read_file(nb::bytes path) {
 }
 
 void bind_image_index(nb::module_& m) {
+  nb::class_<ImageMapScanResult>(m, "ImageMapScanResult", "The lines of an image map file (image_map_scan), read-only.")
+      .def_ro("columns", &ImageMapScanResult::columns, "2 or 3 (0: the file has no line)")
+      .def_ro("key_blob", &ImageMapScanResult::key_blob, "uint8: 3 columns: the keys, back to back")
+      .def_ro("key_offsets", &ImageMapScanResult::key_offsets, "int64: key i is key_blob[key_offsets[i]:key_offsets[i+1]]")
+      .def_ro("key_index", &ImageMapScanResult::key_index, "int64: 2 columns: the 0-based line index")
+      .def_ro("path_blob", &ImageMapScanResult::path_blob, "uint8: distinct plain paths and zip items, back to back")
+      .def_ro("path_offsets", &ImageMapScanResult::path_offsets, "int64: offsets of the paths in path_blob")
+      .def_ro("path_ids", &ImageMapScanResult::path_ids, "int32: each line's path")
+      .def_ro("container_blob", &ImageMapScanResult::container_blob, "uint8: distinct zip archives, back to back")
+      .def_ro("container_offsets", &ImageMapScanResult::container_offsets, "int64: offsets of the archives in container_blob")
+      .def_ro("container_ids", &ImageMapScanResult::container_ids, "int32: each line's archive (-1: a plain file)")
+      .def_ro("labels", &ImageMapScanResult::labels, "int64: class ids (-1: not parsed)")
+      .def_ro("lines", &ImageMapScanResult::lines, "int32: 1-based line numbers")
+      .def_ro("offsets", &ImageMapScanResult::offsets, "int64: line starts")
+      .def_ro("fatal", &ImageMapScanResult::fatal, "None or (message with '{}' for detail, byte offset, line, column, "
+              "detail bytes or None, key bytes or None, key line index or -1)");
+  nb::class_<Base64ScanResult>(m, "Base64ScanResult", "The lines of a base64 image file (base64_index_scan), read-only.")
+      .def_ro("has_keys", &Base64ScanResult::has_keys, "the lines have a key field")
+      .def_ro("numeric_keys", &Base64ScanResult::numeric_keys, "the keys are key_values (numbers, or line indices without keys)")
+      .def_ro("key_blob", &Base64ScanResult::key_blob, "uint8: text keys, back to back")
+      .def_ro("key_offsets", &Base64ScanResult::key_offsets, "int64: key i is key_blob[key_offsets[i]:key_offsets[i+1]]")
+      .def_ro("key_values", &Base64ScanResult::key_values, "uint64: numeric keys, or the 0-based line index without keys")
+      .def_ro("labels", &Base64ScanResult::labels, "int64: class ids (-1: not parsed)")
+      .def_ro("payload_offsets", &Base64ScanResult::payload_offsets, "int64: first byte of each base64 field")
+      .def_ro("payload_lengths", &Base64ScanResult::payload_lengths, "int64: bytes of each base64 field")
+      .def_ro("lines", &Base64ScanResult::lines, "int32: 1-based line numbers")
+      .def_ro("offsets", &Base64ScanResult::offsets, "int64: line starts")
+      .def_ro("fatal", &Base64ScanResult::fatal, "None or a fatal error, as ImageMapScanResult.fatal");
   m.def("read_file", &read_file, "path"_a, "The whole file at path (bytes), read with the GIL released.");
   m.def("image_map_scan", &image_map_scan, "fd"_a, "size"_a, "directory"_a, "label_dim"_a,
         "block"_a = int64_t{4} << 20,
         "Scan bytes [0, size) of the image map file open as fd (pread in blocks, GIL released). directory: what a "
-        "leading '...' becomes (bytes); label_dim: -1 for no labels. A dict of columns (2 or 3), key_blob uint8 + "
+        "leading '...' becomes (bytes); label_dim: -1 for no labels. An ImageMapScanResult: columns (2 or 3), key_blob uint8 + "
         "key_offsets int64 (3 columns) or key_index int64 (2 columns: 0-based line index), path_blob + path_offsets "
         "(distinct plain paths and zip items), path_ids int32, container_blob + container_offsets (distinct zip "
         "archives), container_ids int32 (-1: plain file), labels int64 (-1: not parsed), lines int32 (1-based), "
         "offsets int64 (line starts), fatal: None or (message with '{}' for detail, byte offset, line, column, "
         "detail bytes or None, key bytes or None, key line index or -1).");
   m.def("base64_index_scan", &base64_index_scan, "fd"_a, "size"_a, "label_dim"_a, "block"_a = int64_t{4} << 20,
-        "Scan bytes [0, size) of the base64 image file open as fd (pread in blocks, GIL released). A dict of "
+        "Scan bytes [0, size) of the base64 image file open as fd (pread in blocks, GIL released). A "
+        "Base64ScanResult: "
         "has_keys, numeric_keys, key_blob + key_offsets (text keys) or key_values uint64 (numeric keys, or the "
         "0-based line index without keys), labels int64 (-1: not parsed), payload_offsets and payload_lengths int64, "
         "lines int32, offsets int64 (line starts), fatal (as image_map_scan's).");

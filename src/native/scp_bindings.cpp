@@ -20,12 +20,29 @@ using namespace nb::literals;
 
 namespace {
 
+using cntkio::bindings::numpy_object;
+
 // A str from UTF-8 bytes, each byte of an invalid sequence as a lone surrogate (Python's surrogateescape).
 nb::str decode(const char* data, size_t size) {
   PyObject* text = PyUnicode_DecodeUTF8(data, static_cast<Py_ssize_t>(size), "surrogateescape");
   if (text == nullptr) throw nb::python_error();
   return nb::steal<nb::str>(text);
 }
+
+// ScpParser.finish's result (cntkio._native.ScpParseResult), read-only. The arrays are made into NumPy arrays once
+// (no copy); a property gives the same object on every access.
+struct ScpParseResult {
+  nb::object key_blob;     // uint8: the keys, back to back
+  nb::object key_offsets;  // int64 (entries + 1)
+  nb::object paths;        // [str]: distinct physical paths, first-seen order
+  nb::object path_ids;     // int32 (entries)
+  nb::object starts, ends;  // int64 (entries): the frame range, -1/-1 unranged
+  nb::object lines;         // int32 (entries)
+  nb::object offsets;       // int64 (entries)
+  nb::object source_ids;    // int32 (entries): the SCP file of each entry
+  int64_t duplicate_entries = 0, duplicate_keys = 0;
+  nb::object first_duplicates;  // [str]: the first few duplicated keys
+};
 
 class ScpParser {
  public:
@@ -56,7 +73,7 @@ class ScpParser {
     return nb::make_tuple(f.message, f.offset, f.line, f.column, detail);
   }
 
-  nb::dict finish() {
+  ScpParseResult finish() {
     if (!parser_) throw nb::value_error("the parser has finished");
     cntkio::scp::Result r;
     {
@@ -64,28 +81,28 @@ class ScpParser {
       r = parser_->finish();
     }
     parser_.reset();
-    nb::dict d;
-    d["key_blob"] = cntkio::to_numpy(std::move(r.key_blob));
-    d["key_offsets"] = cntkio::to_numpy(std::move(r.key_offsets));
+    ScpParseResult out;
+    out.key_blob = numpy_object(std::move(r.key_blob));
+    out.key_offsets = numpy_object(std::move(r.key_offsets));
     nb::list paths;
     for (size_t i = 0; i + 1 < r.path_offsets.size(); ++i) {
       const int64_t b = r.path_offsets[i], e = r.path_offsets[i + 1];
       paths.append(decode(reinterpret_cast<const char*>(r.path_blob.data()) + b, static_cast<size_t>(e - b)));
     }
     std::vector<uint8_t>().swap(r.path_blob);
-    d["paths"] = paths;
-    d["path_ids"] = cntkio::to_numpy(std::move(r.path_ids));
-    d["starts"] = cntkio::to_numpy(std::move(r.starts));
-    d["ends"] = cntkio::to_numpy(std::move(r.ends));
-    d["lines"] = cntkio::to_numpy(std::move(r.lines));
-    d["offsets"] = cntkio::to_numpy(std::move(r.offsets));
-    d["source_ids"] = cntkio::to_numpy(std::move(r.source_ids));
-    d["duplicate_entries"] = r.duplicate_entries;
-    d["duplicate_keys"] = r.duplicate_keys;
+    out.paths = std::move(paths);
+    out.path_ids = numpy_object(std::move(r.path_ids));
+    out.starts = numpy_object(std::move(r.starts));
+    out.ends = numpy_object(std::move(r.ends));
+    out.lines = numpy_object(std::move(r.lines));
+    out.offsets = numpy_object(std::move(r.offsets));
+    out.source_ids = numpy_object(std::move(r.source_ids));
+    out.duplicate_entries = r.duplicate_entries;
+    out.duplicate_keys = r.duplicate_keys;
     nb::list first;
     for (const std::string& key : r.first_duplicates) first.append(decode(key.data(), key.size()));
-    d["first_duplicates"] = first;
-    return d;
+    out.first_duplicates = std::move(first);
+    return out;
   }
 
  private:
@@ -96,6 +113,19 @@ class ScpParser {
 }  // namespace
 
 void bind_scp(nb::module_& m) {
+  nb::class_<ScpParseResult>(m, "ScpParseResult", "The entries of the SCP files a ScpParser read (its finish), read-only.")
+      .def_ro("key_blob", &ScpParseResult::key_blob, "uint8: the entries' keys, back to back")
+      .def_ro("key_offsets", &ScpParseResult::key_offsets, "int64 (entries + 1): key i is key_blob[key_offsets[i]:key_offsets[i+1]]")
+      .def_ro("paths", &ScpParseResult::paths, "distinct physical paths (str), first-seen order")
+      .def_ro("path_ids", &ScpParseResult::path_ids, "int32: each entry's path in paths")
+      .def_ro("starts", &ScpParseResult::starts, "int64: first frame of each entry's range (-1: unranged)")
+      .def_ro("ends", &ScpParseResult::ends, "int64: last frame of each entry's range (-1: unranged)")
+      .def_ro("lines", &ScpParseResult::lines, "int32: 1-based line of each entry")
+      .def_ro("offsets", &ScpParseResult::offsets, "int64: byte offset of each entry's line")
+      .def_ro("source_ids", &ScpParseResult::source_ids, "int32: the SCP file (in the order added) of each entry")
+      .def_ro("duplicate_entries", &ScpParseResult::duplicate_entries, "entries dropped for a duplicated key")
+      .def_ro("duplicate_keys", &ScpParseResult::duplicate_keys, "distinct keys that were duplicated")
+      .def_ro("first_duplicates", &ScpParseResult::first_duplicates, "the first few duplicated keys (str)");
   nb::class_<ScpParser>(m, "ScpParser")
       .def(nb::init<std::optional<nb::bytes>, int64_t>(), "prefix"_a.none(), "block"_a = int64_t{4} << 20,
            "An SCP parser: prefix is the normalized prefix path as UTF-8 bytes ('/' separators, one trailing '/'), "
@@ -106,7 +136,7 @@ void bind_scp(nb::module_& m) {
            "as (message, byte offset, line, column, detail): detail is None, or bytes of the line to show, quoted, "
            "in place of the '{}' of the message. The parser is unusable after an error.")
       .def("finish", &ScpParser::finish,
-           "The columns of the files added, every entry of a duplicated key dropped (GIL released): a dict of "
+           "The columns of the files added, every entry of a duplicated key dropped (GIL released): a ScpParseResult of "
            "key_blob uint8 + key_offsets int64 (entries + 1), paths (distinct physical paths, first-seen order, "
            "str), path_ids int32, starts and ends int64 (-1/-1 unranged), lines int32, offsets int64, source_ids int32, "
            "duplicate_entries, duplicate_keys, first_duplicates (the first few duplicated keys, str).");

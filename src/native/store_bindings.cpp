@@ -73,6 +73,16 @@ std::shared_ptr<void> keep_alive(std::vector<nb::object> objects) {
   });
 }
 
+// ChunkStore.gather's result (cntkio._native.GatherResult), read-only: exactly one of three outcomes. `missing` set:
+// slots to load first, nothing gathered; `short` set: a unit asks for more rows than its stream has; else `streams`
+// (and `keep`) hold the minibatch.
+struct GatherResult {
+  nb::object streams;  // None, or per stream of every deserializer (values, lengths, indices or None, indptr or None)
+  nb::object keep;     // None (every unit kept), or uint8 per unit: 0 for a unit dropped as invalid
+  nb::object short_;   // None, or (unit, stream, row) of the unit whose stream is shorter than it asks for
+  nb::object missing;  // None, or [(deserializer, slot)] not loaded
+};
+
 // The loaded chunks of every deserializer of a reader (assemble::Store) and the layouts of their streams.
 class ChunkStore {
  public:
@@ -228,8 +238,7 @@ class ChunkStore {
     store_->set_caps(caps->data(), static_cast<int64_t>(caps->shape(0)), keep_alive({nb::cast(*caps)}));
   }
 
-  // (streams of every deserializer, keep or None, short (unit, stream, row) or None, missing [(d, slot)] or None)
-  nb::tuple gather(IndexArray chunk, OffsetArray unit, std::optional<OffsetArray> offset,
+  GatherResult gather(IndexArray chunk, OffsetArray unit, std::optional<OffsetArray> offset,
                    std::optional<OffsetArray> count, int kind, std::optional<FlagArray> version) {
     const size_t n = chunk.shape(0);
     if (unit.shape(0) != n) throw nb::value_error("chunk and unit arrays differ in length");
@@ -259,10 +268,10 @@ class ChunkStore {
     if (!r.missing.empty()) {
       nb::list missing;
       for (const auto& [d, slot] : r.missing) missing.append(nb::make_tuple(d, slot));
-      return nb::make_tuple(nb::none(), nb::none(), nb::none(), missing);
+      return {nb::none(), nb::none(), nb::none(), std::move(missing)};
     }
     if (r.short_unit >= 0) {
-      return nb::make_tuple(nb::none(), nb::none(), nb::make_tuple(r.short_unit, r.short_stream, r.short_row), nb::none());
+      return {nb::none(), nb::none(), nb::make_tuple(r.short_unit, r.short_stream, r.short_row), nb::none()};
     }
     nb::list streams;
     for (size_t s = 0; s < layout_.size(); ++s) {
@@ -282,7 +291,7 @@ class ChunkStore {
       }
     }
     nb::object keep = r.keep.empty() ? nb::none() : nb::cast(to_numpy(std::move(r.keep)));
-    return nb::make_tuple(streams, keep, nb::none(), nb::none());
+    return {std::move(streams), std::move(keep), nb::none(), nb::none()};
   }
 
  private:
@@ -299,6 +308,16 @@ class ChunkStore {
 }  // namespace
 
 void bind_store(nb::module_& m) {
+  nb::class_<GatherResult>(m, "GatherResult",
+                           "A gathered minibatch (ChunkStore.gather), read-only: `missing` slots to load first, or "
+                           "a `short` unit, or the `streams` (and `keep`).")
+      .def_ro("streams", &GatherResult::streams,
+              "None, or per stream of every deserializer in order: (values, lengths, indices, indptr) when sparse, "
+              "(values (samples, width), lengths, None, None) when dense; lengths int64 (samples per kept unit)")
+      .def_ro("keep", &GatherResult::keep, "None (every unit kept), or uint8 per unit: 0 for a unit dropped as invalid")
+      .def_ro("short", &GatherResult::short_,
+              "None, or (unit, stream, row): the unit's stream (of every stream, in order) is shorter than it asks for")
+      .def_ro("missing", &GatherResult::missing, "None, or [(deserializer, slot)] not loaded (nothing gathered)");
   m.def("reusable_buffer", &reusable_buffer, "bytes"_a,
         "Uninitialised bytes (uint8 array) from a pool of buffers that chunks give back when they are freed.");
   m.def("release_free_memory", &release_free_memory,
@@ -316,5 +335,7 @@ void bind_store(nb::module_& m) {
       .def("set_versions", &ChunkStore::set_versions, "deserializer"_a, "versions"_a,
            "Deserializer `deserializer` keeps `versions` copies of each chunk (slot = chunk * versions + version).")
       .def("gather", &ChunkStore::gather, "chunk"_a, "unit"_a, "offset"_a.none(), "count"_a.none(), "kind"_a,
-           "version"_a.none() = nb::none());
+           "version"_a.none() = nb::none(),
+           "Gathers units (kind 0 sequences, 1 frames, 2 pieces [offset, offset + count)) of the loaded chunks into "
+           "one minibatch (GIL released): a GatherResult.");
 }

@@ -51,14 +51,16 @@ class Assembler:
         slots = self.corpus.slots(chunks, sweeps)
         versions = None if sweeps is None else (sweeps % SWEEP_VERSIONS).astype(np.uint8)
         for _ in range(MAX_LOAD_ROUNDS):
-            streams, keep, short, missing = self.store.gather(slots, units, offsets, counts, kind, versions)
-            if missing is None:
+            gathered = self.store.gather(slots, units, offsets, counts, kind, versions)
+            if gathered.missing is None:
                 break
-            self.ensure(self._loads(missing, sweeps))  # a chunk first read in this block: load, gather again
+            self.ensure(self._loads(gathered.missing, sweeps))  # a chunk first read in this block: load, gather again
         else:
             raise CNTKIOError("chunks needed by a minibatch were dropped while it was read")
-        if short is not None:
-            self._raise_short(units, *short)
+        if gathered.short is not None:
+            self._raise_short(units, *gathered.short)
+        streams, keep = gathered.streams, gathered.keep
+        assert streams is not None  # (neither missing nor short: the minibatch)
         if keep is not None:
             kept = keep.astype(bool)
             if not self.invalid_units:  # said once; MinibatchSource.invalid_sequences_skipped keeps the count

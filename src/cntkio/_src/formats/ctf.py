@@ -6,6 +6,7 @@ import enum
 import logging
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +15,7 @@ import numpy as np
 from cntkio import _native
 from cntkio._src.common.errors import ConfigError, FormatError, Location
 from cntkio._src.common.keys import KeyColumn, NumericKeys, RangeKeys, TextKeys
-from cntkio._src.common.streams import StreamInformation, iter_stream_defs, parse_precision
+from cntkio._src.common.streams import StreamInformation, check_stream_set, iter_stream_defs, parse_precision
 from cntkio._src.common.system import available_cores, parse_parallelism
 from cntkio._src.formats.data_file import DataFile, FileBacked
 from cntkio._src.formats.error_ledger import ANY_CHUNK, ErrorLedger, ErrorRows
@@ -77,14 +78,7 @@ def _streams_from_defs(streams: Any) -> list[_Stream]:
         if definition.is_sparse and dim > MAX_SPARSE_DIM:
             raise ConfigError(f"stream '{name}': sparse dim {dim} exceeds {MAX_SPARSE_DIM}")
         result.append(_Stream(name, alias, dim, bool(definition.is_sparse), bool(definition.defines_mb_size)))
-    if not result:
-        raise ConfigError("at least one stream is required")
-    for kind, values in (("name", [s.name for s in result]), ("alias", [s.alias for s in result])):
-        duplicates = sorted({v for v in values if values.count(v) > 1})
-        if duplicates:
-            raise ConfigError(f"duplicate stream {kind}(s): {', '.join(duplicates)}")
-    if sum(s.defines_mb_size for s in result) > 1:
-        raise ConfigError("only one stream can have defines_mb_size=True")
+    check_stream_set([s.name for s in result], [s.alias for s in result], "alias", [s.defines_mb_size for s in result])
     return result
 
 
@@ -247,7 +241,9 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
         return IndexCache(self.data_file, "ctf", options, self.index_cache_dir)
 
     def _native_index(self, defining: int) -> dict[str, Any]:
-        index: dict[str, Any] = _native.ctf_index(
+        """The native index (``_native.CtfIndexResult``) as the dict an index cache holds: these names in this order
+        (the order of the cache file's arrays)."""
+        result = _native.ctf_index(
             self.data_file.fd,
             self.file_size,
             self.skip_sequence_ids,
@@ -259,8 +255,15 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
             self.chunk_size_in_bytes,
             threads=available_cores(),
         )
-        index["errors"] = ErrorRows.from_native(index["errors"])
-        return index
+        return {
+            "mode": result.mode, "begin": result.begin, "offsets": result.offsets, "ends": result.ends,
+            "lengths": result.lengths, "keys": result.keys, "key_blob": result.key_blob,
+            "key_offsets": result.key_offsets, "chunk_starts": result.chunk_starts,
+            "chunk_first_lines": result.chunk_first_lines, "errors": ErrorRows.from_native(result.errors),
+            "dropped_lines": result.dropped_lines, "dropped_sequences": result.dropped_sequences,
+            "total_lines": result.total_lines, "repeated_keys": result.repeated_keys, "fatal": result.fatal,
+            "fatal_offset": result.fatal_offset, "fatal_line": result.fatal_line, "fatal_column": result.fatal_column,
+        }  # fmt: skip
 
     def _index_error(self, rows: ErrorRows, i: int) -> FormatError:
         """The index's error ``i`` (a sequence dropped for a missing input), built when it is shown."""
@@ -362,26 +365,26 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
             self._log_notes(stats)
         return self._chunk(streams, invalid)
 
-    def _log_notes(self, stats: dict[str, int]) -> None:
+    def _log_notes(self, stats: _native.CtfParseStats) -> None:
         """Logs a chunk's zero-padded samples (warning) and skipped unknown inputs (info)."""
-        if self.trace_level >= 1 and stats["padded_samples"]:
+        if self.trace_level >= 1 and stats.padded_samples:
             logger.warning(
                 "%s: %d dense sample(s) had fewer values than their dimension and were zero-padded (first: %s)",
                 self.filename,
-                stats["padded_samples"],
-                Location(self.filename, stats["first_padded_offset"], stats["first_padded_line"],
-                         stats["first_padded_column"]),
+                stats.padded_samples,
+                Location(self.filename, stats.first_padded_offset, stats.first_padded_line,
+                         stats.first_padded_column),
             )  # fmt: skip
-        if self.trace_level >= 2 and stats["unknown_inputs"]:
+        if self.trace_level >= 2 and stats.unknown_inputs:
             logger.info(
                 "%s: skipped %d sample(s) of inputs not in the configuration (first: %s)",
                 self.filename,
-                stats["unknown_inputs"],
-                Location(self.filename, stats["first_unknown_offset"], stats["first_unknown_line"],
-                         stats["first_unknown_column"]),
+                stats.unknown_inputs,
+                Location(self.filename, stats.first_unknown_offset, stats.first_unknown_line,
+                         stats.first_unknown_column),
             )  # fmt: skip
 
-    def _chunk(self, streams: list[tuple[np.ndarray, ...]], invalid: np.ndarray | None) -> ParsedChunk:
+    def _chunk(self, streams: Sequence[tuple[np.ndarray, ...]], invalid: np.ndarray | None) -> ParsedChunk:
         chunk = ParsedChunk(invalid=invalid)
         for stream, arrays in zip(self._streams, streams):
             for array in arrays:

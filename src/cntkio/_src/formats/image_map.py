@@ -27,7 +27,7 @@ import stat
 import tempfile
 import threading
 import zipfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -187,18 +187,18 @@ class ImageMap:
         return Location(self.file, int(self.offsets[row]), int(self.lines[row]), 1, sequence_key=self.keys[row])
 
 
-def _scan_source(path: str, scan: Any) -> dict[str, Any]:
+def _scan_source(path: str, scan: Callable[[int, int], _native.ImageMapScanResult]) -> _native.ImageMapScanResult:
     """Runs ``scan(fd, size)`` on the file, or on a copy of it when it is a pipe (read once); anything else (a
     device, a directory) is refused before it is opened."""
     require_regular_file(path, "image map", pipe=True)
     with open(path, "rb") as file:
         info = os.fstat(file.fileno())
         if stat.S_ISREG(info.st_mode):
-            return scan(file.fileno(), info.st_size)  # type: ignore[no-any-return]
+            return scan(file.fileno(), info.st_size)
         with tempfile.TemporaryFile() as copy:
             shutil.copyfileobj(file, copy)
             copy.flush()
-            return scan(copy.fileno(), copy.tell())  # type: ignore[no-any-return]
+            return scan(copy.fileno(), copy.tell())
 
 
 def parse_image_map(
@@ -230,26 +230,23 @@ def parse_image_map(
     dim = _label_dim(label_dim)
     directory = os.path.dirname(file) or "."
     columns = _scan_source(file, lambda fd, size: _native.image_map_scan(fd, size, _encode(directory), dim, block))
-    if columns["fatal"] is not None:
-        _raise_fatal(file, columns["fatal"])
+    if columns.fatal is not None:
+        _raise_fatal(file, columns.fatal)
     keys: KeyColumn
-    if columns["columns"] == 3:
-        keys = TextKeys(columns["key_blob"], columns["key_offsets"])
-    else:
-        keys = NumericKeys(columns["key_index"])
+    keys = TextKeys(columns.key_blob, columns.key_offsets) if columns.columns == 3 else NumericKeys(columns.key_index)
     return ImageMap(
         file=file,
         directory=directory,
         cwd=os.getcwd(),
-        columns=int(columns["columns"]),
+        columns=int(columns.columns),
         keys=keys,
-        paths=Texts(columns["path_blob"], columns["path_offsets"]),
-        path_ids=columns["path_ids"],
-        containers=Texts(columns["container_blob"], columns["container_offsets"]),
-        container_ids=columns["container_ids"],
-        labels=columns["labels"],
-        lines=columns["lines"],
-        offsets=columns["offsets"],
+        paths=Texts(columns.path_blob, columns.path_offsets),
+        path_ids=columns.path_ids,
+        containers=Texts(columns.container_blob, columns.container_offsets),
+        container_ids=columns.container_ids,
+        labels=columns.labels,
+        lines=columns.lines,
+        offsets=columns.offsets,
         label_dim=None if dim < 0 else dim,
         views=MULTI_VIEW_COPIES if multi_view else 1,
     )
@@ -501,25 +498,25 @@ def index_base64(
         require_regular_file(file, "Base64 image file")  # read by offset; opening a FIFO would wait
         with open(file, "rb") as handle:
             columns = _native.base64_index_scan(handle.fileno(), os.fstat(handle.fileno()).st_size, dim, block)
-    if columns["fatal"] is not None:
-        _raise_fatal(file, columns["fatal"])
+    if columns.fatal is not None:
+        _raise_fatal(file, columns.fatal)
     keys: KeyColumn
-    if columns["numeric_keys"]:
-        values = columns["key_values"]
+    if columns.numeric_keys:
+        values = columns.key_values
         if len(values) == 0 or int(values.max()) < 2**63:
             values = values.view(np.int64)
         keys = NumericKeys(values)
     else:
-        keys = TextKeys(columns["key_blob"], columns["key_offsets"])
+        keys = TextKeys(columns.key_blob, columns.key_offsets)
     return Base64Index(
         file=file,
-        has_keys=bool(columns["has_keys"]),
+        has_keys=bool(columns.has_keys),
         keys=keys,
-        labels=columns["labels"],
-        payload_offsets=columns["payload_offsets"],
-        payload_lengths=columns["payload_lengths"],
-        lines=columns["lines"],
-        offsets=columns["offsets"],
+        labels=columns.labels,
+        payload_offsets=columns.payload_offsets,
+        payload_lengths=columns.payload_lengths,
+        lines=columns.lines,
+        offsets=columns.offsets,
         label_dim=None if dim < 0 else dim,
     )
 
@@ -528,14 +525,14 @@ def decode_base64(data: bytes) -> bytes | None:
     """``data`` base64-decoded, or None when it is invalid. The standard alphabet with ``=`` padding; trailing bytes
     that are neither (such as ``\\r``) are dropped first; then the length must be a multiple of 4 and ``=`` may only
     be the last one or two bytes. Equals ``base64.b64decode(data, validate=True)`` on what it accepts."""
-    return _native.base64_decode(bytes(data))  # type: ignore[no-any-return]
+    return _native.base64_decode(bytes(data))
 
 
 def decode_base64_image_bytes(fd: int, offset: int, length: int) -> bytes | None:
     """Bytes ``[offset, offset + length)`` of the file open as ``fd`` decoded as :func:`decode_base64` does (read
     and decoded natively, the GIL released), or None when invalid. ``EOFError`` (``_native.ShortRead``) when the
     file ends before the range does."""
-    return _native.base64_decode_file(fd, offset, length)  # type: ignore[no-any-return]
+    return _native.base64_decode_file(fd, offset, length)
 
 
 def decode_base64_batch(fd: int, offsets: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -545,4 +542,4 @@ def decode_base64_batch(fd: int, offsets: np.ndarray, lengths: np.ndarray) -> tu
     one pread."""
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)
     lengths = np.ascontiguousarray(lengths, dtype=np.int64)
-    return _native.base64_decode_batch(fd, offsets, lengths)  # type: ignore[no-any-return]
+    return _native.base64_decode_batch(fd, offsets, lengths)

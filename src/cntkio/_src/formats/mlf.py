@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -97,7 +96,8 @@ class MlfIndex:
         starts = ends - counts
         entry_of_run = np.repeat(np.arange(len(self), dtype=np.int64), np.diff(self.run_offsets))
         base = np.concatenate(([0], ends))[self.run_offsets[:-1]]
-        return starts - base[entry_of_run]
+        first: np.ndarray = starts - base[entry_of_run]
+        return first
 
     def runs(self, entry: int) -> tuple[np.ndarray, np.ndarray]:
         """(state ids, frame counts) of one entry."""
@@ -150,15 +150,15 @@ def read_state_list(path: str | os.PathLike[str]) -> list[str]:
     return states
 
 
-def _parse_one(path: str, states: list[str] | None, dim: int) -> dict[str, Any]:
+def _parse_one(path: str, states: list[str] | None, dim: int) -> _native.MlfParseResult:
     require_regular_file(path, "MLF file")  # read by its size: a FIFO would hang the open, a device read as empty
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     try:
         size = os.fstat(fd).st_size
-        result: dict[str, Any] = _native.mlf_parse(fd, size, states, dim)
+        result = _native.mlf_parse(fd, size, states, dim)
     finally:
         os.close(fd)
-    fatal = result["fatal"]
+    fatal = result.fatal
     if fatal is not None:
         message, offset, line, column, key = fatal
         text_key = key.decode("utf-8", "backslashreplace") if key else None
@@ -205,7 +205,7 @@ def parse_mlf(
     invalid: list[InvalidEntry] = []
     for path in files:
         result = _parse_one(path, states, dim)
-        for key, line, offset, reason, column in result["invalid"]:
+        for key, line, offset, reason, column in result.invalid:
             text_key = key.decode("utf-8", "backslashreplace")
             entry = InvalidEntry(path, text_key, int(line), reason, int(offset), int(column))
             if max_errors == 0:
@@ -215,12 +215,12 @@ def parse_mlf(
             invalid.append(entry)
         parts.append(result)
 
-    blob = np.concatenate([p["key_blob"] for p in parts]) if len(parts) > 1 else parts[0]["key_blob"]
-    key_offsets = _concat_offsets([p["key_offsets"] for p in parts])
-    run_offsets = _concat_offsets([p["run_offsets"] for p in parts])
-    run_states = _concat([p["run_states"] for p in parts])
-    run_counts = _concat([p["run_counts"] for p in parts])
-    lengths = _concat([p["lengths"] for p in parts])
+    blob = np.concatenate([p.key_blob for p in parts]) if len(parts) > 1 else parts[0].key_blob
+    key_offsets = _concat_offsets([p.key_offsets for p in parts])
+    run_offsets = _concat_offsets([p.run_offsets for p in parts])
+    run_states = _concat([p.run_states for p in parts])
+    run_counts = _concat([p.run_counts for p in parts])
+    lengths = _concat([p.lengths for p in parts])
     del parts
     index = MlfIndex(
         TextKeys(blob, key_offsets),

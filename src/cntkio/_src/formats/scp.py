@@ -120,20 +120,20 @@ def parse_scp(
             raise FormatError(message, Location(name, offset, line, column))
     columns = parser.finish()
     duplicates = None
-    if columns["duplicate_keys"]:
-        first_keys = tuple(columns["first_duplicates"][:DUPLICATES_SHOWN])
-        duplicates = ScpDuplicates(int(columns["duplicate_entries"]), int(columns["duplicate_keys"]), first_keys)
+    if columns.duplicate_keys:
+        first_keys = tuple(columns.first_duplicates[:DUPLICATES_SHOWN])
+        duplicates = ScpDuplicates(int(columns.duplicate_entries), int(columns.duplicate_keys), first_keys)
         logger.warning("%s: %s", ", ".join(files), duplicates)
     return ScpIndex(
-        keys=TextKeys(columns["key_blob"], columns["key_offsets"]),
-        paths=columns["paths"],
-        path_ids=columns["path_ids"],
-        starts=columns["starts"],
-        ends=columns["ends"],
+        keys=TextKeys(columns.key_blob, columns.key_offsets),
+        paths=columns.paths,
+        path_ids=columns.path_ids,
+        starts=columns.starts,
+        ends=columns.ends,
         sources=files,
-        source_ids=columns["source_ids"],
-        lines=columns["lines"],
-        offsets=columns["offsets"],
+        source_ids=columns.source_ids,
+        lines=columns.lines,
+        offsets=columns.offsets,
         duplicates=duplicates,
     )
 
