@@ -15,8 +15,14 @@ Example::
     mb[source.streams.features].data.shape     # (sequences, steps, 3), as CNTK's Value
 """
 
-from typing import TYPE_CHECKING
-
+from cntkio import (  # (the faces of the classes, which also take CNTK's spellings: compat/faces.py)
+    Base64ImageDeserializer,
+    CBFDeserializer,
+    CTFDeserializer,
+    HTKFeatureDeserializer,
+    HTKMLFDeserializer,
+    ImageDeserializer,
+)
 from cntkio._src.api.source import TraceLevel
 from cntkio._src.api.user_sources import MinibatchSourceFromData, UserMinibatchSource
 from cntkio._src.assemble.minibatch import MinibatchData, Value
@@ -37,23 +43,6 @@ from cntkio._src.formats.ctf_writer import sequence_to_cntk_text_format
 from cntkio._src.formats.protocol import Deserializer
 from cntkio._src.formats.user import UserDeserializer
 from cntkio.io import transforms
-
-if TYPE_CHECKING:  # to type checkers the public names are the classes, whose arguments the faces take
-    from cntkio._src.formats.cbf import CBFDeserializer
-    from cntkio._src.formats.ctf import CTFDeserializer
-    from cntkio._src.formats.htk_features import HTKFeatureDeserializer
-    from cntkio._src.formats.htk_labels import HTKMLFDeserializer
-    from cntkio._src.formats.image import Base64ImageDeserializer, ImageDeserializer
-else:  # cntkio's faces of the classes, which also take CNTK's spellings (compat/faces.py)
-    from cntkio._src.compat.faces import (
-        Base64ImageDeserializer,
-        CBFDeserializer,
-        CTFDeserializer,
-        HTKFeatureDeserializer,
-        HTKMLFDeserializer,
-        ImageDeserializer,
-    )
-
 
 __all__ = [
     "DEFAULT_RANDOMIZATION_WINDOW",

@@ -159,3 +159,16 @@ def iter_stream_defs(streams: Any) -> Iterator[tuple[str, StreamDef]]:
         if not isinstance(definition, StreamDef):
             raise ConfigError(f"stream '{name}' must be a StreamDef, got {type(definition).__name__}")
         yield str(name), definition
+
+
+def check_stream_set(names: list[str], fields: list[str], field_kind: str, defines_mb_size: list[bool]) -> None:
+    """What every format's stream declarations must meet together: at least one stream, names and fields (a CTF alias,
+    a record field: ``field_kind``) each unique, at most one stream that ``defines_mb_size``."""
+    if not names:
+        raise ConfigError("at least one stream is required")
+    for kind, values in (("name", names), (field_kind, fields)):
+        duplicates = sorted({v for v in values if values.count(v) > 1})
+        if duplicates:
+            raise ConfigError(f"duplicate stream {kind}(s): {', '.join(duplicates)}")
+    if sum(defines_mb_size) > 1:
+        raise ConfigError("only one stream can have defines_mb_size=True")

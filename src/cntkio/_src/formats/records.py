@@ -24,7 +24,7 @@ from cntkio import _native
 from cntkio._src.common.arrays import exclusive_cumsum, issparse, narrow_lengths, scipy_sparse
 from cntkio._src.common.errors import ConfigError, FormatError, Location
 from cntkio._src.common.keys import KeyColumn, NumericKeys
-from cntkio._src.common.streams import StreamInformation, iter_stream_defs, parse_precision
+from cntkio._src.common.streams import StreamInformation, check_stream_set, iter_stream_defs, parse_precision
 from cntkio._src.formats.data_file import DataFile, FileBacked
 from cntkio._src.formats.error_ledger import ErrorLedger
 from cntkio._src.formats.identity import file_entry, listed
@@ -540,14 +540,7 @@ def _streams_from_defs(streams: Any) -> list[_Stream]:
             if shape[0] > MAX_SPARSE_DIM:
                 raise ConfigError(f"stream '{name}': sparse dim {shape[0]} exceeds {MAX_SPARSE_DIM}")
         result.append(_Stream(name, str(field), shape, bool(definition.is_sparse), bool(definition.defines_mb_size)))
-    if not result:
-        raise ConfigError("at least one stream is required")
-    for kind, values in (("name", [s.name for s in result]), ("field", [s.field for s in result])):
-        duplicates = sorted({v for v in values if values.count(v) > 1})
-        if duplicates:
-            raise ConfigError(f"duplicate stream {kind}(s): {', '.join(duplicates)}")
-    if sum(s.defines_mb_size for s in result) > 1:
-        raise ConfigError("only one stream can have defines_mb_size=True")
+    check_stream_set([s.name for s in result], [s.field for s in result], "field", [s.defines_mb_size for s in result])
     return result
 
 
