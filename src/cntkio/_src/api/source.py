@@ -33,7 +33,6 @@ from cntkio._src.reading.checkpoint import CHECKPOINT_VERSION, merge_checkpoints
 from cntkio._src.reading.cursor import Selection
 from cntkio._src.reading.engine import ReadingEngine
 from cntkio._src.reading.stats import ReaderStats, StageClock
-from cntkio._src.reading.steps import steps_of_sweeps
 
 logger = logging.getLogger("cntkio")
 
@@ -410,29 +409,17 @@ class MinibatchSource:
         if self.is_infinite():
             raise ValueError("an infinite source has no epochs to count minibatches in; set max_samples or max_sweeps")
         partitions, _ = self._check_partition(num_data_partitions, 0)
-        engine = self._engine
-        if state is None and (through_epoch is None or through_epoch == epoch):
-            sizes = steps_of_sweeps(
-                self._corpus,
-                self.randomization,
-                minibatch_size_in_samples,
-                partitions,
-                int(epoch),
-                self.epoch_size,
-                self.truncation_length,
-            )
-            if sizes is not None:
-                return sizes
+        position = checked = None
+        if state is not None and set(state) == {"minibatchSourcePosition"}:
+            position = self._position_of(state)
+        elif state is not None:
+            checked = self._checked_state(state)
         with self._lock:
             self._check_open()
-            with engine.scratch():  # a cursor and slots of its own: the source's are not touched
-                if state is not None and set(state) == {"minibatchSourcePosition"}:
-                    engine.seek(self._position_of(state))
-                elif state is not None:
-                    engine.set_state(self._checked_state(state))
-                else:
-                    engine.start_epoch(int(epoch))
-                return engine.partition_steps(minibatch_size_in_samples, partitions, through_epoch)
+            return self._engine.partition_steps(
+                minibatch_size_in_samples, partitions, epoch=int(epoch), state=checked, position=position,
+                through_epoch=through_epoch,
+            )  # fmt: skip
 
     def _check_open(self) -> None:
         if self._closed:

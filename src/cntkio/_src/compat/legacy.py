@@ -1,4 +1,5 @@
-"""CNTK 2.0's spellings of the reader API, accepted by the core with a ``DeprecationWarning`` naming today's.
+"""CNTK 2.0's spellings of the reader API, translated here (the edge; the core never imports it), each with a
+``DeprecationWarning`` naming today's spelling.
 
 * Renamed ``MinibatchSource`` keywords (``epoch_size``, ``distributed_after``, ``randomization_window`` with
   ``sample_based_randomization_window``) and ``next_minibatch``'s ``minibatch_size_in_sequences``:

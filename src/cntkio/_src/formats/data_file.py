@@ -251,9 +251,7 @@ def rebuild_unchanged(
         if then is not None and now is not None and not changes:
             changes, where = changes_since_pickled(FileIdentity(*then), now), path
     if changes:
-        close = getattr(reader, "close", None)
-        if close is not None:
-            close()
+        reader.close()
         raise FormatError(
             f"the data changed since the deserializer was pickled ({'; '.join(changes)}); build a new one to read "
             "the new contents",

@@ -26,12 +26,7 @@ from cntkio._src.reading.chunk_cache import ChunkCache, ChunkLoader
 from cntkio._src.reading.cursor import Cursor, Selection
 from cntkio._src.reading.planner import ChunkPlanner
 from cntkio._src.reading.stats import StageClock
-
-
-def share(total: int, partitions: int, index: int) -> int:
-    """Partition ``index``'s part of ``total`` (a minibatch's samples, BPTT slots) split over ``partitions``: the
-    remainder goes one each to the first partitions."""
-    return total // partitions + (index < total % partitions)
+from cntkio._src.reading.steps import share, steps_of_sweeps
 
 
 class ReadingEngine:
@@ -291,8 +286,38 @@ class ReadingEngine:
         self.epoch_end = (self.epoch + 1) * self.epoch_size
         self.planner.forget()
 
+    def partition_steps(
+        self,
+        minibatch_size: int,
+        partitions: int,
+        *,
+        epoch: int = 0,
+        state: dict[str, Any] | None = None,
+        position: int | None = None,
+        through_epoch: int | None = None,
+    ) -> list[np.ndarray]:
+        """Per partition, the samples of each minibatch it reads from the start of epoch ``epoch`` — or from checked
+        checkpoint entries ``state``, or sample ``position`` — to the end of epoch ``through_epoch`` (default: the
+        epoch it starts in), reading no data; the engine's own position is unchanged. Whole sweeps from an epoch's
+        start are computed at once (:func:`steps_of_sweeps`), the rest walked read by read."""
+        if state is None and position is None and (through_epoch is None or through_epoch == epoch):
+            sizes = steps_of_sweeps(
+                self.corpus, self.randomization, minibatch_size, partitions, epoch, self.epoch_size,
+                self.truncation_length,
+            )  # fmt: skip
+            if sizes is not None:
+                return sizes
+        with self._scratch():
+            if position is not None:
+                self.seek(position)
+            elif state is not None:
+                self.set_state(state)
+            else:
+                self.start_epoch(epoch)
+            return self._walk_steps(minibatch_size, partitions, through_epoch)
+
     @contextmanager
-    def scratch(self) -> Iterator[None]:
+    def _scratch(self) -> Iterator[None]:
         """A cursor and slots of its own for a walk (:meth:`partition_steps`): the engine's are put back after."""
         saved = (self.cursor, self.slots, self.epoch, self.epoch_end, self.planner.planned)
         self.cursor, self.slots = Cursor(self.corpus, self.randomization), BpttSlots(self.truncation_length)
@@ -301,9 +326,8 @@ class ReadingEngine:
         finally:
             self.cursor, self.slots, self.epoch, self.epoch_end, self.planner.planned = saved
 
-    def partition_steps(self, minibatch_size: int, partitions: int, through_epoch: int | None) -> list[np.ndarray]:
-        """Per partition, the samples of each minibatch it reads from the engine's position to the end of epoch
-        ``through_epoch`` (default: the current one), reading no data. Run inside :meth:`scratch`."""
+    def _walk_steps(self, minibatch_size: int, partitions: int, through_epoch: int | None) -> list[np.ndarray]:
+        """:meth:`partition_steps` from the engine's position, read by read (in :meth:`_scratch`)."""
         first_epoch, start, slots = self.epoch, self.cursor.mark(), self.slots.get_state()
         last_epoch = first_epoch if through_epoch is None else int(through_epoch)
         sizes = []

@@ -1,8 +1,7 @@
-"""Per partition, the samples of each minibatch of an epoch of whole sweeps, from the order alone, vectorised.
-
-What :meth:`ReadingEngine.partition_steps` walks read by read, computed here with NumPy for the common case: each
-partition's units in order, then its reads packed greedily as :meth:`Cursor.select` packs them (whole units while
-they fit the budget, at least one).
+"""A partition's share of a minibatch; and per partition the samples of each minibatch of an epoch of whole sweeps,
+from the order alone, vectorised: what :meth:`ReadingEngine.partition_steps` walks read by read, computed here with
+NumPy for the common case — each partition's units in order, then its reads packed greedily as
+:meth:`Cursor.select` packs them (whole units while they fit the budget, at least one).
 """
 
 from __future__ import annotations
@@ -12,7 +11,12 @@ import numpy as np
 from cntkio._src.corpus.table import Corpus
 from cntkio._src.order import Randomization
 from cntkio._src.reading.cursor import Cursor
-from cntkio._src.reading.engine import share
+
+
+def share(total: int, partitions: int, index: int) -> int:
+    """Partition ``index``'s part of ``total`` (a minibatch's samples, BPTT slots) split over ``partitions``: the
+    remainder goes one each to the first partitions."""
+    return total // partitions + (index < total % partitions)
 
 
 def steps_of_sweeps(
