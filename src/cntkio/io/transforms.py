@@ -6,20 +6,7 @@ Example::
     steps = [xforms.crop(crop_type="randomside", side_ratio=0.5), xforms.scale(width=64, height=64, channels=3)]
 """
 
-from cntkio._src.formats.image_transforms import (
-    Color,
-    Crop,
-    ImageTransform,
-    Intensity,
-    Mean,
-    Scale,
-    color,
-    crop,
-    intensity,
-    mean,
-    scale,
-)
+from cntkio import transforms as _transforms
+from cntkio.transforms import *  # noqa: F403
 
-__all__ = [
-    "Color", "Crop", "ImageTransform", "Intensity", "Mean", "Scale", "color", "crop", "intensity", "mean", "scale",
-]  # fmt: skip
+__all__ = list(_transforms.__all__)
