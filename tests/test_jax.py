@@ -135,3 +135,84 @@ def test_two_jax_processes_read_every_sequence_once_and_resume(data: str, tmp_pa
     resumed = launch(tmp_path / "resumed", data, 2, resume=[process["state"] for process in killed])
     after = [key for process in resumed for key in process["keys"]]
     assert sorted(before + after) == expected and max(Counter(before + after).values()) == 1
+
+
+def _epoch_of(path: str, epoch: int, partition: tuple[int, int] = (1, 0)) -> list[list[Any]]:
+    """The keys of each minibatch of ``epoch`` of this partition, read straight from a source."""
+    source = worker.make_source(path)
+    source.start_epoch(epoch)
+    out = []
+    while minibatch := source.next_minibatch(64, num_data_partitions=partition[0], partition_index=partition[1]):
+        out.append(minibatch.sequence_keys)
+    return out
+
+
+def test_each_iteration_reads_the_next_epoch(data: str) -> None:
+    """Issue 24 point 3.1: a second `for batch in it` over a finite source yielded nothing, silently; each iteration
+    reads the next (reshuffled) epoch, as cntkio.torch's passes do, and set_epoch picks one."""
+    batches = single(data)
+    passes = [_keys_per_batch(batches, 10**6) for _ in range(3)]
+    assert passes == [_epoch_of(data, epoch) for epoch in range(3)]
+    assert all(sorted(k for b in p for k in b) == sorted(k for b in passes[0] for k in b) for p in passes)
+    assert passes[0] != passes[1] != passes[2]  # later sweeps, reshuffled
+    assert batches.epoch == 3 and batches.steps == sum(map(len, passes))
+
+    chosen = single(data)
+    chosen.set_epoch(2)
+    assert _keys_per_batch(chosen, 10**6) == passes[2]
+    assert _keys_per_batch(chosen, 10**6) == _epoch_of(data, 3)  # the ones after it follow on
+    chosen.set_epoch(0)
+    assert _keys_per_batch(chosen, 10**6) == passes[0]
+
+
+def test_a_loop_left_early_is_continued_and_states_resume_into_the_next_epoch(data: str) -> None:
+    """An iteration continues the epoch a loop left (what get_state() would resume); a state taken at an epoch's last
+    batch, or after its iteration ended, resumes into the next epoch rather than into an empty iteration."""
+    whole = [_epoch_of(data, epoch) for epoch in range(2)]
+    batches = single(data)
+    head = _keys_per_batch(batches, 4)
+    assert head + _keys_per_batch(batches, 10**6) == whole[0]
+    assert _keys_per_batch(batches, 10**6) == whole[1]
+
+    at_last = single(data)
+    _keys_per_batch(at_last, len(whole[0]))  # stops at the last batch of epoch 0 (the iteration is not over)
+    after = single(data)
+    _keys_per_batch(after, 10**6)
+    for state in (at_last.get_state(), after.get_state()):
+        resumed = single(data)
+        resumed.set_state(json.loads(json.dumps(state)))
+        assert _keys_per_batch(resumed, 10**6) == whole[1]
+    left = single(data)
+    _keys_per_batch(left, len(whole[0]))
+    assert _keys_per_batch(left, 10**6) == whole[1]  # (a loop left right after the last batch: the next epoch)
+
+
+def test_epochs_with_global_arrays_in_one_process(data: str) -> None:
+    """The same with sharding= (the steps agreed through the processes' gather, here one)."""
+    jax = pytest.importorskip("jax")
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    sharding = NamedSharding(jax.make_mesh((1,), ("batch",)), P("batch"))
+    batches = single(data, sharding=sharding)
+    passes = [_keys_per_batch(batches, 10**6) for _ in range(2)]
+    assert passes == [_epoch_of(data, epoch) for epoch in range(2)]
+
+
+@pytest.mark.parametrize("rule", [None, "pad"])
+def test_every_stream_has_a_mask_of_its_own_shape(data: str, rule: str | None) -> None:
+    """Issue 24 point 3.2: a per_sequence stream's values are [B] and its mask was [B, T]; each mask now has the
+    leading axes of its stream's values, in data batches and in padding batches (equal steps)."""
+    seen_padding = False
+    for rank in range(2):
+        batches = single(data, partition=(2, rank), equal_steps=rule)
+        for batch in batches:
+            rows = batch["intent"].shape[0]
+            assert batch["mask"]["intent"].shape == (rows,) and batch["mask"]["intent"].dtype == bool
+            assert batch["mask"]["words"].shape == batch["words"].shape
+            assert batch["mask"]["feats"].shape == batch["feats"].shape[:2]
+            real = len(batch.sequence_keys)
+            assert batch["mask"]["intent"].tolist() == [True] * real + [False] * (rows - real)
+            np.testing.assert_array_equal(batch["mask"]["words"].any(1), batch["mask"]["intent"])
+            seen_padding |= real == 0
+    assert seen_padding == (rule == "pad")

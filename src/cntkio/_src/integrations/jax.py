@@ -6,8 +6,12 @@ rounded up to ``batch_buckets`` / ``length_buckets``, powers of two by default),
 programs instead of one per minibatch. With ``sharding=`` the batches are global ``jax.Array``s assembled from every
 process's local data (``jax.make_array_from_process_local_data``); the processes then agree on each step's shape
 and keep stepping together until every partition is done (a process with no data left contributes padding).
+Each iteration over a finite source (``max_sweeps`` or ``max_samples``) reads one epoch, as :mod:`cntkio.torch`'s
+passes do: the next one (``MinibatchSource.start_epoch``: later, reshuffled sweeps) once the one before was read to
+its end, else the rest of the epoch being read (a loop left early, a restored state: what the iterator's
+``get_state()`` would resume); :meth:`JaxIterator.set_epoch` picks the epoch the next iteration reads.
 With ``equal_steps`` (:mod:`cntkio.equal_steps`, the rule :mod:`cntkio.torch` uses too) the processes know every
-process's count of the epoch from the index, and each iteration reads one epoch: ``"pad"`` (the default with
+process's count of the epoch from the index: ``"pad"`` (the default with
 ``sharding``: every process steps as often as the one with the most, padding when its data has ended) or ``"carry"``
 (all stop at the fewest, none more than ``max_carry`` behind; the rest comes first in the next epoch). Every batch
 carries the ``(source, key)`` of each of its rows in ``batch.sequence_keys`` (padding rows have none), so exactly-once
@@ -43,7 +47,8 @@ def _jax() -> Any:
 
 
 class JaxBatch(dict):  # type: ignore[type-arg]
-    """A batch: ``{stream name: array, "lengths": {...}, "mask": {...}}`` and, beside the arrays,
+    """A batch: ``{stream name: array, "lengths": {...}, "mask": {...}}`` (each stream's mask has the leading axes
+    of its values: ``[B]`` for ``per_sequence``, ``[B, T]`` otherwise) and, beside the arrays,
     ``sequence_keys``: the ``(source, key)`` of the sequence in each row (rows past them are padding). A pytree of
     its arrays alone (the keys stay out of ``jit``'s cache key); a batch rebuilt from its leaves has no keys."""
 
@@ -86,8 +91,9 @@ class JaxIterator:
 
         batches = JaxIterator(functools.partial(make_source, "train.ctf"), 1024,
                               layout={"words": "token_ids", "intent": "per_sequence"})
-        for batch in batches:                     # {"words": int64 [B, T], "intent": int64 [B],
-            state = train_step(state, batch)      #  "lengths": {...}, "mask": {...}}, B and T from the buckets
+        for epoch in range(10):                   # each iteration reads the next epoch of a finite source
+            for batch in batches:                 # {"words": int64 [B, T], "intent": int64 [B], "lengths": {...},
+                state = train_step(state, batch)  #  "mask": {"words": bool [B, T], "intent": bool [B]}}
         checkpoint = batches.get_state()          # JSON: batches.set_state(checkpoint) resumes after it
 
     Args:
@@ -95,14 +101,15 @@ class JaxIterator:
         minibatch_size: samples per minibatch for the whole job (each process reads its share).
         layout: ``"padded"`` (values ``[B, T, *shape]``, sparse streams densified), ``"token_ids"`` (one-hot
             streams: int64 ``[B, T]``) or ``"per_sequence"`` (one sample per sequence: ``[B, *shape]``, class ids
-            for one-hot streams), for every stream or ``{name: layout}`` (others ``"padded"``).
+            for one-hot streams), for every stream or ``{name: layout}`` (others ``"padded"``). A stream's mask is
+            ``[B, T]`` (True on real samples), or ``[B]`` (True on real sequences) for ``"per_sequence"``.
         batch_buckets, length_buckets: the sizes the sequences (B) and steps (T) are padded to.
         partition: ``(count, index)`` instead of ``jax.process_count()``, ``jax.process_index()``.
         sharding: a ``jax.sharding.Sharding`` of the batch axis: yield global arrays.
         pad_id: the id padding token ids (``mask`` tells padding apart).
         equal_steps: ``"pad"`` or ``"carry"``: every process takes the same number of steps per epoch by that rule
-            and each iteration reads the next epoch (the source needs epochs: ``max_sweeps`` or ``max_samples``);
-            None: each iteration reads on to the source's end; ``"auto"``: ``"pad"`` with ``sharding`` over more than
+            (the source needs epochs: ``max_sweeps`` or ``max_samples``); None: each process reads its partition of
+            the epoch to its end; ``"auto"``: ``"pad"`` with ``sharding`` over more than
             one process and a source with epochs, else None.
         max_carry: under ``"carry"``, the most minibatches a process may leave for the next epoch
             (:mod:`cntkio.equal_steps`).
@@ -144,7 +151,8 @@ class JaxIterator:
         self.last_keys: list[Any] = []  # provenance (source, key) of the sequences of the last batch
         self.steps = 0
         self.equal_steps = equal_steps
-        self.epoch: int | None = None  # the epoch the next iteration reads (equal steps), once the source is known
+        self.epoch: int | None = None  # the epoch the next iteration reads (or goes on reading), once known
+        self._at_epoch_start = True  # the source is where an epoch starts (not continuing one read in part)
         self._planner: EqualSteps | None = None
         self._epoch_stream: RankStream | None = None  # the epoch being read (equal steps)
 
@@ -171,15 +179,32 @@ class JaxIterator:
         process (``{"source": MinibatchSource.merge_checkpoints(...)}``, any partitioning)."""
         self.source.restore_from_checkpoint(dict(state["source"]))
         self.steps = int(state.get("steps", 0))
+        self._at_epoch_start = False
         planner = self._equal_steps_planner()
         self._epoch_stream = None
         if planner is None:
+            self.epoch = None if self.source.is_infinite() else self.source.current_epoch
             return
         epoch = int(state.get("epoch", self.source.current_epoch))
         stream = self._epoch_stream = planner.stream(
             self.source, epoch, self.index, state["source"], state.get("equal_steps"), int(state.get("step", 0))
         )
         self.epoch = epoch + 1 if stream.done else epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """The next iteration reads epoch ``epoch`` of the (finite) source from its start
+        (``MinibatchSource.start_epoch``: later epochs read later, reshuffled sweeps); the iterations after it read
+        the epochs after it, as without it. Like ``cntkio.torch``'s ``set_epoch``; with ``sharding``, every process
+        calls it alike."""
+        if int(epoch) < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch}")
+        if self.source.is_infinite():
+            raise ValueError("an infinite source has no epochs: set max_samples or max_sweeps on the source")
+        self.epoch = int(epoch)
+        self._epoch_stream = None  # (equal steps: the next iteration plans this epoch)
+        if self._equal_steps_planner() is None:
+            self.source.start_epoch(self.epoch)
+            self._at_epoch_start = True
 
     def _equal_steps_planner(self) -> EqualSteps | None:
         rule = self.equal_steps
@@ -212,13 +237,11 @@ class JaxIterator:
     def __iter__(self) -> Iterator[JaxBatch]:
         _register_batch(_jax())
         stream = self._equal_stream()
-        while stream is None or not stream.done:
-            if stream is None:
-                minibatch = self.source.next_minibatch(
-                    self.minibatch_size, num_data_partitions=self.partitions, partition_index=self.index
-                )
-                local = minibatch if isinstance(minibatch, Minibatch) else None
-            elif stream.padding:
+        if stream is None:
+            yield from self._read_epoch()
+            return
+        while not stream.done:
+            if stream.padding:
                 stream.pad()
                 local = None
             else:
@@ -226,18 +249,46 @@ class JaxIterator:
             if self.sharding is None:
                 if local is not None:
                     batch = self._arrays(local, *self._shape(local))
-                elif stream is None:
-                    return
                 else:
                     batch = self._padding(bucket(1, self.batch_buckets), bucket(1, self.length_buckets))
             else:
-                shape, any_left = self._agree(local)
-                if not any_left and stream is None:
-                    return
+                shape, _ = self._agree(local)
                 batch = self._global(self._arrays(local, *shape) if local is not None else self._padding(*shape))
             self.steps += 1  # (before the batch leaves: a state taken with it counts it)
             yield batch
         self.epoch = stream.plan.epoch + 1
+
+    def _read_epoch(self) -> Iterator[JaxBatch]:
+        """Without equal steps: the rest of the epoch being read (an infinite source: all of it), then the next epoch
+        is started for the next iteration. An iteration that continues an epoch already over (a state taken at its
+        last batch, a loop left right after it) reads the next one instead of nothing."""
+        source = self.source
+        finite = not source.is_infinite()
+        continued = not self._at_epoch_start
+        while True:
+            minibatch = source.next_minibatch(
+                self.minibatch_size, num_data_partitions=self.partitions, partition_index=self.index
+            )
+            local = minibatch if isinstance(minibatch, Minibatch) else None
+            shape, any_left = self._agree(local) if self.sharding is not None else ((0, 0), local is not None)
+            if not any_left:  # (with sharding: no process has data left)
+                if not (continued and finite):
+                    break
+                source.start_epoch(source.current_epoch + 1)
+                continued = False
+                continue
+            continued = self._at_epoch_start = False
+            if self.sharding is None:
+                assert local is not None
+                batch = self._arrays(local, *self._shape(local))
+            else:
+                batch = self._global(self._arrays(local, *shape) if local is not None else self._padding(*shape))
+            self.steps += 1  # (before the batch leaves: a state taken with it counts it)
+            yield batch
+        if finite:
+            self.epoch = source.current_epoch + 1
+            source.start_epoch(self.epoch)  # (now: a state taken from here on resumes in it)
+            self._at_epoch_start = True
 
     # --- shapes -------------------------------------------------------------------------------------------------
     def _shape(self, minibatch: Minibatch) -> tuple[int, int]:
@@ -266,8 +317,15 @@ class JaxIterator:
             lengths = np.zeros(rows, dtype=np.int32)
             lengths[: data.num_sequences] = data.sequence_lengths
             batch["lengths"][info.name] = lengths
-            batch["mask"][info.name] = layouts.mask(data, rows, steps)
+            batch["mask"][info.name] = self._mask(data, self._layout_of(info.name), rows, steps)
         return batch
+
+    @staticmethod
+    def _mask(data: MinibatchData, layout: str, rows: int, steps: int) -> np.ndarray:
+        """The stream's mask, of the leading axes of its values: ``[B]`` for ``per_sequence``, else ``[B, T]``."""
+        if layout == "per_sequence":
+            return np.arange(rows) < data.num_sequences
+        return layouts.mask(data, rows, steps)
 
     def _stream(self, data: MinibatchData, layout: str, rows: int, steps: int) -> np.ndarray:
         if layout == "token_ids":
@@ -296,7 +354,7 @@ class JaxIterator:
             else:
                 batch[info.name] = np.zeros((rows, steps, *info.shape), dtype=info.dtype)
             batch["lengths"][info.name] = np.zeros(rows, dtype=np.int32)
-            batch["mask"][info.name] = np.zeros((rows, steps), dtype=bool)
+            batch["mask"][info.name] = np.zeros(rows if layout == "per_sequence" else (rows, steps), dtype=bool)
         self.last_keys = []
         return batch
 
