@@ -50,6 +50,8 @@ from cntkio._src.api.source import MinibatchSource
 from cntkio._src.assemble import layouts
 from cntkio._src.assemble.minibatch import Minibatch, MinibatchData
 from cntkio._src.common.errors import ConfigError
+from cntkio._src.formats.image import ImageDeserializerBase
+from cntkio._src.formats.shards import ShardedDeserializer
 from cntkio._src.integrations import shm, torch_transport
 from cntkio._src.integrations.equal_steps import (
     MAX_CARRY,
@@ -76,9 +78,11 @@ class TorchMinibatch:
     layouts) is ``[batch, max_len]`` bool, True on real samples; ``offsets[name]`` (``"token_offsets"``) the first
     id of each sequence. By default (``"auto"``) dense streams are ``[batch, *shape]`` when every sequence has one
     sample (zero-copy from NumPy), otherwise padded ``[batch, max_len, *shape]``, and sparse streams are CSR tensors
-    with one row per sample. ``keys`` (the provenance of each sequence) is computed when first asked for, or when
-    the batch leaves a loader worker process. ``weight`` is 0 on the empty batches that pad a rank's epoch to the
-    steps of the others (``equal_steps="pad"``; one zero sample in layouts that cannot be empty), else 1.
+    with one row per sample — except an image deserializer's label stream, which comes as int64 class ids ``[batch]``
+    (``"per_sequence"``; name ``"csr"`` for its CSR rows). ``keys`` (the provenance of each sequence) is computed
+    when first asked for, or when the batch leaves a loader worker process. ``weight`` is 0 on the empty batches that
+    pad a rank's epoch to the steps of the others (``equal_steps="pad"``; one zero sample in layouts that cannot be
+    empty), else 1.
     """
 
     tensors: dict[str, Any]
@@ -238,7 +242,9 @@ _register_collate()
 STATE_KEY = "cntkio"  # MinibatchDataset.state_dict(): {STATE_KEY: the state as JSON text}
 
 LAYOUTS = {
-    "auto": "dense: [batch, *shape] when every sequence has one sample, else padded; sparse: CSR",
+    "auto": "dense: [batch, *shape] when every sequence has one sample, else padded; sparse: CSR — but in a "
+    "MinibatchDataset an image deserializer's label stream (one-hot, one sample per sequence) is int64 class ids "
+    "[batch], as per_sequence ('csr' keeps it CSR)",
     "flat": "dense: every sample as a row [samples, *shape]; sparse: CSR",
     "padded": "[batch, max_len, *shape] (sparse streams densified), with masks[name]",
     "csr": "sparse only: a CSR tensor, one row per sample",
@@ -298,6 +304,17 @@ def stream_tensors(data: MinibatchData, layout: str = "auto", pad_id: int = 0) -
         packed = pack_padded_sequence(padded_tensor, lengths_tensor, batch_first=True, enforce_sorted=False)
         return StreamTensors(packed)
     return StreamTensors(padded_tensor, mask=torch.from_numpy(layouts.mask(data)))
+
+
+def class_id_streams(source: MinibatchSource) -> set[str]:
+    """The streams of ``source`` that :class:`MinibatchDataset` gives as class ids under ``"auto"``: the label streams
+    of image deserializers (one-hot by construction, one sample per sequence)."""
+    names: set[str] = set()
+    for deserializer in source.deserializers:
+        parts = deserializer.shards if isinstance(deserializer, ShardedDeserializer) else [deserializer]
+        if parts and all(isinstance(part, ImageDeserializerBase) for part in parts):
+            names.update(info.name for info in deserializer.stream_infos() if info.is_sparse)
+    return names
 
 
 def to_tensor(data: MinibatchData, layout: str = "auto") -> torch.Tensor:
@@ -471,7 +488,9 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
             ``next_minibatch(n, num_data_partitions=world, partition_index=rank)``).
         num_partitions, partition_index: override the rank split (default: torch.distributed).
         layout: one of :data:`LAYOUTS` for every stream, or ``{stream name: layout}`` (streams not named:
-            ``"auto"``), e.g. ``{"words": "token_ids", "intent": "per_sequence"}`` for ATIS-like data.
+            ``"auto"``), e.g. ``{"words": "token_ids", "intent": "per_sequence"}`` for ATIS-like data. Under
+            ``"auto"`` the label stream of an image deserializer (:func:`class_id_streams`) is int64 class ids
+            ``[batch]``, what ``nn.CrossEntropyLoss`` takes; ``{"labels": "csr"}`` gives its one-hot CSR rows.
         pad_id: the id padding ``"token_ids"`` streams (their ``masks`` tell padding apart).
         equal_steps: ``"carry"`` or ``"pad"``: every rank yields the same number of minibatches per epoch by that
             rule (:mod:`cntkio.equal_steps`); None: each rank reads its partition to its end; ``"auto"``: ``"carry"``
@@ -521,7 +540,15 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
         weakref.finalize(self, _remove_job_files, *self._job)
 
     def _layout_of(self, stream: str) -> str:
+        """The layout asked for ``stream`` (``"auto"`` when none is)."""
         return self.layout if isinstance(self.layout, str) else self.layout.get(stream, "auto")
+
+    def _layouts(self, source: MinibatchSource) -> dict[str, str]:
+        """Every stream's layout for ``source``: the one asked for, ``"auto"`` an image label stream's class ids."""
+        labels = class_id_streams(source)
+        chosen = {info.name: self._layout_of(info.name) for info in source.stream_infos()}
+        return {name: "per_sequence" if layout == "auto" and name in labels else layout
+                for name, layout in chosen.items()}  # fmt: skip
 
     def set_epoch(self, epoch: int) -> None:
         """The next iteration reads epoch ``epoch`` of a finite source (see ``MinibatchSource.start_epoch``):
@@ -566,6 +593,7 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
         source = self.make_source()
         self._live.add(source)
         exchange = self._exchange(source, epoch, worker_id, workers)
+        chosen = self._layouts(source)
         index = base = 0
         try:
             planner = self._equal_steps_planner(source, partitions)
@@ -585,7 +613,7 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
                     stream.pad()
                     index += 1
                     if mine:
-                        yield self._padding(source, stream, epoch, index, base)
+                        yield self._padding(source, stream, epoch, index, base, chosen)
                     continue
                 if not mine:
                     if stream is not None:
@@ -603,7 +631,7 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
                     return
                 index += 1
                 state = self._state(source, stream, epoch, index, base)
-                streams = {info.name: stream_tensors(data, self._layout_of(info.name), self.pad_id)
+                streams = {info.name: stream_tensors(data, chosen[info.name], self.pad_id)
                            for info, data in minibatch.items()}  # fmt: skip
                 batch = TorchMinibatch(
                     tensors={name: stream.value for name, stream in streams.items()},
@@ -664,13 +692,13 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
         return state
 
     def _padding(
-        self, source: MinibatchSource, stream: RankStream, epoch: int, index: int, base: int
+        self, source: MinibatchSource, stream: RankStream, epoch: int, index: int, base: int, chosen: dict[str, str]
     ) -> TorchMinibatch:
         """An empty batch of weight 0: this rank's step while the others still read data (rule "pad"). Layouts that
         cannot be empty (``packed``, ``nested``) get one sequence of one zero sample (still no keys, weight 0)."""
         streams, lengths = {}, {}
         for info in source.stream_infos():
-            layout = self._layout_of(info.name)
+            layout = chosen[info.name]
             count = 1 if layout in ("packed", "nested") else 0
             sparse = info.is_sparse
             empty = MinibatchData(
