@@ -42,8 +42,10 @@ def test_every_error_as_json(tmp_path, capsys):
     report = json.loads(out)
     assert not report["valid"] and report["error_count"] == 5
     assert report["files"] == [
-        {"file": str(path), "format": "ctf", "section": None, "valid": False, "sequences": 2, "error_count": 5}
-    ]
+        {"file": str(path), "format": "ctf", "section": None, "valid": False, "sequences": 2, "error_count": 5,
+         "warnings": ["input 'b' is missing from 1 of 3 sequences, which are dropped (their other errors are listed "
+                      "too); if it is optional, pass --optional-inputs"]}
+    ]  # fmt: skip
     assert [(e["line"], e["column"], e["stream"]) for e in report["errors"]] == [
         (2, 8, "a"), (2, 1, None), (4, 9, "a"), (4, 1, None), (5, 1, "b"),
     ]  # fmt: skip

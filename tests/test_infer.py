@@ -9,7 +9,16 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cntkio._src.formats.ctf_infer import MAX_ALIAS_BYTES, MAX_SPARSE_DIM, InferredStream, infer_streams
+from cntkio._src.formats.ctf_infer import (
+    FIRST_SEEN,
+    MAX_ALIAS_BYTES,
+    MAX_SPARSE_DIM,
+    Inference,
+    InferredStream,
+    Place,
+    infer,
+    infer_streams,
+)
 
 _TOKEN = re.compile(rb"[^\x00-\x20]+")
 
@@ -51,6 +60,26 @@ def infer_bytes(data: bytes, **kwargs) -> list[InferredStream]:
         return infer_streams(path, **kwargs)
 
 
+def inference_of(data: bytes, **kwargs) -> Inference:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "data.ctf"
+        path.write_bytes(data)
+        return infer(path, **kwargs)
+
+
+def reference_places(data: bytes, alias: bytes) -> list[Place]:
+    """Where the first FIRST_SEEN fields of ``alias`` are, found line by line."""
+    places = []
+    offset = 0
+    for number, line in enumerate(data.split(b"\n"), start=1):
+        for match in re.finditer(rb"\|([^\x00-\x20|]*)", line):
+            if match.group(1) == alias and len(places) < FIRST_SEEN:
+                column = len(line[: match.start()].decode("utf-8", "replace")) + 1
+                places.append(Place(offset + match.start(), number, column))
+        offset += len(line) + 1
+    return places
+
+
 def test_dense_and_sparse_streams():
     data = b"0 |x 1 2 3 |y 4:1\n0 |x 4 5\t6 |y\n1 |x 7 |y 0:1 9:2.5\n"
     assert infer_bytes(data) == [InferredStream("x", False, 3, 3), InferredStream("y", True, 10, 3)]
@@ -90,7 +119,29 @@ def test_last_line_without_newline_and_long_lines():
 
 def test_order_of_first_appearance_across_blocks():
     data = b"|b 1\n" * 100 + b"|a 1\n"
-    assert [s.alias for s in infer_bytes(data, block_size=64)] == ["b", "a"]
+    assert [s.alias for s in inference_of(data, block_size=64).inputs] == ["b", "a"]
+
+
+def test_an_input_seen_in_a_handful_of_samples_is_a_likely_typo_not_a_stream():
+    data = b"".join(b"%d |x 1 |y %d:1\n" % (i, i % 7) for i in range(1000))
+    data = data.replace(b"17 |x 1 |y", b"17 |x 1 |z", 1).replace(b"900 |x 1 |y", b"900 |x 1 |z", 1)
+    found = inference_of(data, block_size=4096)
+    assert [s.alias for s in found.inputs] == ["x", "y", "z"]
+    assert [s.alias for s in found.streams] == ["x", "y"] == [s.alias for s in infer_bytes(data)]
+    (typo,) = found.rare
+    assert (typo.alias, typo.samples, [p.line for p in typo.first_seen]) == ("z", 2, [18, 901])
+    assert found.similar(typo) == "y"  # the sparse stream whose dimension holds its index, not the dense x
+    assert found.similar(typo, [("features", False, 1), ("labels", True, 7)]) is None  # no name close enough
+    small = b"0 |a 1 |b 1\n1 |a 2\n"  # 'b' in one of two lines: a stream (maybe optional), not a typo
+    assert [s.alias for s in inference_of(small).streams] == ["a", "b"]
+
+
+def test_places_of_the_first_fields_across_blocks():
+    data = "".join(f"{i}\t|\u03a9 {i} |a 1\n" for i in range(30)).encode() + b"|late 3\n"
+    for block_size in (16, 64, 1 << 20):
+        found = {s.alias: s.first_seen for s in inference_of(data, block_size=block_size).inputs}
+        assert found == {alias: tuple(reference_places(data, alias.encode())) for alias in ("\u03a9", "a", "late")}
+    assert found["late"] == (Place(len(data) - 8, 31, 1),) and found["a"][1].column == 8  # characters, not bytes
 
 
 def test_progress_reaches_the_file_size():
@@ -127,4 +178,7 @@ def ctf_text(draw) -> bytes:
 @given(ctf_text(), st.sampled_from([1, 7, 64, 1 << 20]))
 def test_matches_the_reference(data, block_size):
     expected = sorted(reference(data), key=lambda s: data.find(b"|" + s.alias.encode()))
-    assert infer_bytes(data, block_size=block_size) == expected
+    found = inference_of(data, block_size=block_size)
+    assert found.inputs == expected
+    for s in found.inputs:
+        assert list(s.first_seen) == reference_places(data, s.alias.encode())

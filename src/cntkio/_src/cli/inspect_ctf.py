@@ -23,7 +23,7 @@ from cntkio._src.common.errors import ConfigError, FormatError, Location
 from cntkio._src.common.streams import StreamDef
 from cntkio._src.formats import registry
 from cntkio._src.formats.ctf import DEFAULT_CHUNK_SIZE_IN_BYTES, CTFDeserializer
-from cntkio._src.formats.ctf_infer import infer_streams
+from cntkio._src.formats.ctf_infer import Inference, infer
 from cntkio._src.formats.protocol import Deserializer, SparseStream, StreamData
 
 HISTOGRAM_BINS = 10
@@ -168,6 +168,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     preview: list[dict[str, Any]] = field(default_factory=list)
     snippet: str = ""  # Python that reads the file with these streams
+    unknown_inputs: list[dict[str, Any]] = field(default_factory=list)  # CTF: inputs not read (not streams)
 
     @property
     def ok(self) -> bool:
@@ -183,6 +184,7 @@ class Report:
             "repeated_ids": self.repeated_ids,
             "streams_inferred": self.streams_inferred,
             "streams": [s.to_dict() for s in self.streams],
+            "unknown_inputs": self.unknown_inputs,
             "sequence_lengths": self.sequence_lengths,
             "valid": self.ok,
             "fatal": error_to_dict(self.fatal) if self.fatal else None,
@@ -280,38 +282,46 @@ def inspect_file(
     """
     size = os.path.getsize(path)
     inferred = streams is None
+    scanned = None if progress is None else lambda done, total: progress("scanning", done, total)
+    inference = infer(path, progress=scanned)  # every input: the streams, or what --stream leaves out
     if streams is None:
-        scanned = None if progress is None else lambda done, total: progress("scanning", done, total)
         streams = [
             StreamSpec(s.alias, s.dim, s.is_sparse, s.alias, INFERRED_SPARSE if s.is_sparse else INFERRED_DENSE)
-            for s in infer_streams(path, progress=scanned)
+            for s in inference.streams
         ]
     names = [s.name for s in streams]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
         raise ConfigError(f"duplicate stream name(s): {', '.join(duplicates)}")
     report = Report(path, size, inferred, [StreamStats(s) for s in streams])
+    typos = _unknown_inputs(report, inference, streams)
     if not streams:
         reason = "input file is empty" if size == 0 else "no '|name' input found in the file"
         report.fatal = FormatError(reason, Location(path, 0, 1, 1))
+        report.errors = typos
         return report
     definitions = {s.name: s.stream_def() for s in streams}
     report.snippet = streamdefs_snippet("CTFDeserializer", path, streams)
+    options: dict[str, Any] = {
+        "skip_sequence_ids": skip_sequence_ids, "precision": precision, "chunk_size_in_bytes": chunk_size_in_bytes,
+    }  # fmt: skip
     try:
         reader = CTFDeserializer(
-            path, definitions, max_errors=sys.maxsize, skip_sequence_ids=skip_sequence_ids,
-            precision=precision, trace_level=0, optional_inputs=optional_inputs,
-            chunk_size_in_bytes=chunk_size_in_bytes,
-        )  # fmt: skip
+            path, definitions, max_errors=sys.maxsize, trace_level=0, optional_inputs=optional_inputs, **options
+        )
     except FormatError as e:
         report.fatal = e
+        report.errors = typos
         return report
     try:
         report.summary = reader.describe()
         report.repeated_ids = reader.repeated_ids
-        missing_input = len({e.offset for e in reader.errors.errors})  # the index's errors: dropped sequences
+        index_errors = list(reader.errors.errors)  # the index's errors: sequences dropped (an input missing)
+        missing_input = len({e.offset for e in index_errors})
         scan = ChunkScan(reader, report, preview)
         limit = sys.maxsize if max_errors is None else max_errors
+        if progress is not None:
+            progress("parsing", 0, size)
         for chunk_id in range(reader.num_chunks()):
             if not scan.read(chunk_id):
                 break
@@ -323,7 +333,11 @@ def inspect_file(
                 if errors[limit - 1].offset < report.read_bytes:  # no error of a later chunk can come before it
                     report.stopped_early = chunk_id + 1 < reader.num_chunks() or len(errors) > limit
                     break
-        errors = sorted(reader.errors.errors, key=error_order)
+        found = list(reader.errors.errors)
+        if missing_input and not report.stopped_early and report.fatal is None:
+            found += _errors_of_dropped_sequences(path, definitions, options, progress)
+            report.notes += _missing_input_hints(index_errors, report.summary["sequences"])
+        errors = sorted(_distinct(found + typos), key=error_order)
         report.errors = errors[:limit]
         report.stopped_early |= len(errors) > limit
         report.sequence_lengths = scan.lengths()
@@ -338,6 +352,89 @@ def inspect_file(
     finally:
         reader.close()
     return report
+
+
+def _unknown_inputs(report: Report, inference: Inference, streams: list[StreamSpec]) -> list[FormatError]:
+    """The inputs of the file that are not among ``streams``, in ``report.unknown_inputs`` (counted, as CNTK's
+    warning did: their samples are skipped); those seen in only a handful of samples are likely typos: an error
+    at each place. A frequent one (streams given by --stream leave it out) is a note."""
+    aliases = [s.alias for s in streams]
+    errors = []
+    for found in inference.inputs:
+        if found.alias in aliases:
+            continue
+        typo = inference.is_rare(found)
+        similar = inference.similar(found, [(s.alias, s.is_sparse, s.dim) for s in streams]) if typo else None
+        lines = [place.line for place in found.first_seen]
+        report.unknown_inputs.append({
+            "input": found.alias, "samples": found.samples, "lines": lines, "likely_typo": typo, "similar": similar,
+        })  # fmt: skip
+        seen = f"seen in only {found.samples:,} sample{'' if found.samples == 1 else 's'}"
+        if typo:
+            of = f" of '{similar}'" if similar else ""
+            why = (
+                "not taken for a stream (if it is one, give every stream with --stream)" if report.streams_inferred
+                else "not among the streams given by --stream"
+            )  # fmt: skip
+            reason = f"likely a typo{of}: an input {seen}, {why}; its samples are skipped"
+            errors += [
+                FormatError(reason, Location(report.file, p.offset, p.line, p.column, None, found.alias))
+                for p in found.first_seen
+            ]
+        else:
+            first = f"line {lines[0]:,}" if lines else "nowhere"
+            samples = "its sample is" if found.samples == 1 else f"its {found.samples:,} samples are"
+            report.notes.append(
+                f"input '{found.alias}' is not among the streams given by --stream: {samples} skipped "
+                f"(first at {first})"
+            )
+    return errors
+
+
+def _errors_of_dropped_sequences(
+    path: str, definitions: dict[str, StreamDef], options: dict[str, Any], progress: Progress | None
+) -> list[FormatError]:
+    """Every error of the sequences the index dropped for a missing input (which are not parsed): the file parsed
+    again with optional inputs, so that a missing input does not hide the other errors of its sequence."""
+    reader = CTFDeserializer(path, definitions, max_errors=sys.maxsize, trace_level=0, optional_inputs=True, **options)
+    index_errors = len(reader.errors.errors)  # (what the absence of every input gives: said already)
+    try:
+        size = os.path.getsize(path)
+        for chunk_id in range(reader.num_chunks()):
+            reader.get_chunk(chunk_id)
+            if progress is not None:
+                progress("parsing again (inputs missing)", reader.chunk_bytes(chunk_id)[1], size)
+        return list(reader.errors.errors[index_errors:])
+    except FormatError as e:
+        return [*reader.errors.errors[index_errors:], e]
+    finally:
+        reader.close()
+
+
+def _missing_input_hints(index_errors: list[FormatError], sequences: int) -> list[str]:
+    """A note per input missing from sequences: how many, and what makes it optional."""
+    missing: dict[str, set[int]] = {}
+    for error in index_errors:
+        if error.input is not None:
+            missing.setdefault(error.input, set()).add(error.offset)
+    total = sequences + len({e.offset for e in index_errors})
+    return [
+        f"input '{name}' is missing from {len(dropped):,} of {total:,} sequences, which are dropped (their other "
+        "errors are listed too); if it is optional, pass --optional-inputs"
+        for name, dropped in missing.items()
+    ]
+
+
+def _distinct(errors: list[FormatError]) -> list[FormatError]:
+    """``errors`` without repeats (the same reason at the same place, found by two parses)."""
+    seen: set[tuple[Any, ...]] = set()
+    kept = []
+    for e in errors:
+        key = (e.offset, e.line, e.column, e.reason, e.input)
+        if key not in seen:
+            seen.add(key)
+            kept.append(e)
+    return kept
 
 
 class ChunkScan:

@@ -151,6 +151,7 @@ def validation_dict(reports: list[Report]) -> dict[str, Any]:
         files.append({
             "file": report.file, "format": report.format, "section": report.summary.get("section"),
             "valid": report.ok, "sequences": report.summary.get("sequences"), "error_count": len(found),
+            "warnings": list(report.notes),
         })  # fmt: skip
         errors += [{**error_to_dict(e), "fatal": e is report.fatal} for e in found]
     return {"valid": all(r.ok for r in reports), "error_count": len(errors), "files": files, "errors": errors}
@@ -166,8 +167,10 @@ def print_validation(reports: list[Report], out: TextIO, *, all_errors: bool = F
         if report.ok:
             counted = f" ({sequences:,} sequences)" if isinstance(sequences, int) else ""
             out.write(f"{report.file}{section}: {title}: valid{counted}\n")
+            out.write("".join(f"  warning: {note}\n" for note in report.notes))
             continue
         out.write(f"{report.file}{section}: {title}: INVALID, {_plural(found, 'error')}\n")
+        out.write("".join(f"  warning: {note}\n" for note in report.notes))
         if report.fatal is not None:
             out.write(f"  fatal: {format_error(report.fatal)}\n")
         _write_errors(report.errors, out, all_errors=all_errors)

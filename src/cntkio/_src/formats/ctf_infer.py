@@ -5,14 +5,21 @@ The file is read in blocks that end at a newline, and each block is analysed wit
 A field is ``|name values...`` up to the next ``|`` or newline; ``|#...`` fields are comments. A stream is
 sparse when most of its non-empty samples hold ``index:value`` entries. Its dimension is the largest
 number of values in one sample (dense) or the largest index seen plus one (sparse), so a sparse stream
-whose highest index never occurs in the file is inferred too small: pass explicit definitions then.
+whose highest index never occurs in the file is inferred too small (a dimension inferred for a sparse stream is a
+lower bound): pass explicit definitions then.
+
+An input seen in only a handful of samples (at most :data:`RARE_SAMPLES`, and at most :data:`RARE_FRACTION` of the
+most frequent input's) is not taken for a stream: it is most likely a typo (``|S9`` for ``|S2``), and made a stream
+it would be missing from nearly every sequence, which would drop them all. :func:`infer` gives it apart, with the
+places it was seen (:attr:`InferredStream.first_seen`), for a report; :func:`infer_streams` leaves it out.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -22,28 +29,94 @@ BLOCK_SIZE = 2 * 1024 * 1024  # small blocks stay in cache: faster than larger o
 MAX_ALIAS_BYTES = 128  # longer names are not taken for aliases
 MAX_SPARSE_DIM = 2**31 - 1
 _INDEX_DIGITS = 10  # enough for any index below MAX_SPARSE_DIM
+FIRST_SEEN = 10  # places kept per input (where it was first seen)
+RARE_SAMPLES = 10  # an input seen in at most this many samples...
+RARE_FRACTION = 0.01  # ...and in at most this fraction of the most frequent input's samples is a likely typo
 _PIPE, _NEWLINE, _COLON, _ZERO, _NINE = ord("|"), ord("\n"), ord(":"), ord("0"), ord("9")
 
 Progress = Callable[[int, int], None]  # (bytes done, total bytes)
 
 
 @dataclass(frozen=True)
+class Place:
+    """Where a field was seen: byte offset of its ``|``, 1-based line and column (in characters)."""
+
+    offset: int
+    line: int
+    column: int
+
+
+@dataclass(frozen=True)
 class InferredStream:
-    """One stream found in a file. ``samples`` counts the ``|alias`` fields seen."""
+    """One stream found in a file. ``samples`` counts the ``|alias`` fields seen; ``first_seen`` are the places of
+    the first :data:`FIRST_SEEN` of them. For a sparse stream ``dim`` is a lower bound (the largest index + 1)."""
 
     alias: str
     is_sparse: bool
     dim: int
     samples: int
+    first_seen: tuple[Place, ...] = field(default=(), compare=False)
 
     def stream_def(self) -> StreamDef:
         """How to read the stream: its alias, dimension and format."""
         return StreamDef(field=self.alias, shape=self.dim, is_sparse=self.is_sparse)
 
 
+@dataclass(frozen=True)
+class Inference:
+    """Every input of a file (:attr:`inputs`, in order of first appearance): the :attr:`streams` inferred, and the
+    inputs seen too rarely to be streams (:attr:`rare`, likely typos: see the module)."""
+
+    inputs: list[InferredStream]
+
+    @property
+    def streams(self) -> list[InferredStream]:
+        """The inputs taken for streams."""
+        return [s for s in self.inputs if not self.is_rare(s)]
+
+    @property
+    def rare(self) -> list[InferredStream]:
+        """The inputs seen in only a handful of samples: likely typos, not taken for streams."""
+        return [s for s in self.inputs if self.is_rare(s)]
+
+    def is_rare(self, stream: InferredStream) -> bool:
+        """Whether ``stream`` is seen in at most :data:`RARE_SAMPLES` samples and :data:`RARE_FRACTION` of the most
+        frequent input's."""
+        most = max((s.samples for s in self.inputs), default=0)
+        return stream.samples <= RARE_SAMPLES and stream.samples <= RARE_FRACTION * most
+
+    def similar(self, stream: InferredStream, among: list[tuple[str, bool, int]] | None = None) -> str | None:
+        """The stream ``stream`` (a rare input) is most likely a typo of, if a name is close enough (one edit
+        apart, or mostly the same letters): among ``among`` (alias, is_sparse, dim; default: the streams inferred),
+        the nearest name, ties decided by the data (the same storage, a dimension that holds its values, the
+        nearest dimension)."""
+        candidates = [(s.alias, s.is_sparse, s.dim) for s in self.streams] if among is None else among
+
+        def score(candidate: tuple[str, bool, int]) -> tuple[bool, float, bool, bool, int]:
+            alias, is_sparse, dim = candidate
+            ratio = difflib.SequenceMatcher(None, stream.alias, alias).ratio()
+            close = ratio >= 0.6 or _one_edit_apart(stream.alias, alias)
+            return close, ratio, is_sparse == stream.is_sparse, dim >= stream.dim, -abs(dim - stream.dim)
+
+        scored = [(score(c), c[0]) for c in candidates if c[0] != stream.alias]
+        best = max(scored, default=None)
+        return best[1] if best is not None and best[0][0] else None
+
+
+def _one_edit_apart(a: str, b: str) -> bool:
+    """Whether one letter changed, added or removed makes ``a`` into ``b``."""
+    if abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        return sum(x != y for x, y in zip(a, b)) <= 1
+    short, long = (a, b) if len(a) < len(b) else (b, a)
+    return any(long[:i] + long[i + 1 :] == short for i in range(len(long)))
+
+
 @dataclass
 class _Tally:
     first_offset: int
+    first_seen: list[Place] = field(default_factory=list)
     samples: int = 0
     sparse_samples: int = 0  # samples with at least one ':' entry
     dense_samples: int = 0  # non-empty samples without ':'
@@ -53,13 +126,19 @@ class _Tally:
     def stream(self, alias: str) -> InferredStream:
         is_sparse = self.sparse_samples > 0 and self.sparse_samples >= self.dense_samples
         dim = self.max_index + 1 if is_sparse else self.max_values
-        return InferredStream(alias, is_sparse, max(dim, 1), self.samples)
+        return InferredStream(alias, is_sparse, max(dim, 1), self.samples, tuple(self.first_seen))
 
 
 def infer_streams(
     path: str | os.PathLike[str], *, block_size: int = BLOCK_SIZE, progress: Progress | None = None
 ) -> list[InferredStream]:
-    """Scans the whole file and returns its streams in order of first appearance."""
+    """Scans the whole file and returns its streams in order of first appearance (without the inputs seen too
+    rarely to be streams: :func:`infer` gives them)."""
+    return infer(path, block_size=block_size, progress=progress).streams
+
+
+def infer(path: str | os.PathLike[str], *, block_size: int = BLOCK_SIZE, progress: Progress | None = None) -> Inference:
+    """Scans the whole file (``progress`` called after each block) and returns every input found in it."""
     scanner = _Scanner()
     total = os.path.getsize(path)
     buffer = bytearray(block_size)
@@ -80,7 +159,7 @@ def infer_streams(
             if not got:
                 break
     ordered = sorted(scanner.tallies.items(), key=lambda item: item[1].first_offset)
-    return [tally.stream(alias.decode("utf-8", "backslashreplace")) for alias, tally in ordered]
+    return Inference([tally.stream(alias.decode("utf-8", "backslashreplace")) for alias, tally in ordered])
 
 
 class _Scanner:
@@ -88,6 +167,7 @@ class _Scanner:
 
     def __init__(self) -> None:
         self.tallies: dict[bytes, _Tally] = {}
+        self.lines = 0  # newlines before the block being scanned
         self._flags = np.empty((3, 0), dtype=bool)
         self._counts = np.empty(0, dtype=np.int32)
 
@@ -97,9 +177,11 @@ class _Scanner:
         if self._flags.shape[1] < n + 1:
             self._flags = np.empty((3, n + 1), dtype=bool)
             self._counts = np.empty(n + 1, dtype=np.int32)
+        lines_before = self.lines
         is_pipe = np.equal(buf, _PIPE, out=self._flags[0, :n])
         bars = np.flatnonzero(is_pipe)
         if not len(bars):
+            self.lines += int(np.count_nonzero(np.equal(buf, _NEWLINE, out=self._flags[2, :n])))
             return
         blank = np.less_equal(buf, 0x20, out=self._flags[1, :n])  # ends a name and separates values
         blank |= is_pipe
@@ -107,6 +189,7 @@ class _Scanner:
         # a name ends at the first blank after its bar, a field at the next '|' or newline (bars are in both)
         name_ends = _after_bars(np.flatnonzero(blank), is_pipe)
         stop = np.equal(buf, _NEWLINE, out=scratch[:n])
+        self.lines += int(np.count_nonzero(stop))
         stop |= is_pipe
         field_ends = _after_bars(np.flatnonzero(stop), is_pipe)
         name_lengths = name_ends - bars - 1
@@ -149,13 +232,30 @@ class _Scanner:
         np.maximum.at(max_values, groups, values)
         max_index = np.full(k, -1, dtype=np.int64)
         np.maximum.at(max_index, groups, field_max_index)
+        newlines: np.ndarray | None = None
         for j, name in enumerate(names):
             tally = self.tallies.setdefault(name, _Tally(base + int(bars[first_field[j]])))
+            if len(tally.first_seen) < FIRST_SEEN:
+                if newlines is None:
+                    newlines = np.flatnonzero(buf == _NEWLINE)
+                at = bars[groups == j][: FIRST_SEEN - len(tally.first_seen)]
+                tally.first_seen += _places(buf, at, newlines, base, lines_before)
             tally.samples += int(samples[j])
             tally.sparse_samples += int(sparse[j])
             tally.dense_samples += int(dense[j])
             tally.max_values = max(tally.max_values, int(max_values[j]))
             tally.max_index = max(tally.max_index, int(max_index[j]))
+
+
+def _places(buf: np.ndarray, positions: np.ndarray, newlines: np.ndarray, base: int, lines: int) -> list[Place]:
+    """The places of ``positions`` in ``buf`` (a block at file offset ``base`` after ``lines`` newlines)."""
+    places = []
+    for position in positions.tolist():
+        before = int(np.searchsorted(newlines, position))  # newlines of the block before the position
+        start = int(newlines[before - 1]) + 1 if before else 0
+        column = len(bytes(buf[start:position]).decode("utf-8", "replace")) + 1
+        places.append(Place(base + position, lines + before + 1, column))
+    return places
 
 
 def _after_bars(positions: np.ndarray, is_pipe: np.ndarray) -> np.ndarray:

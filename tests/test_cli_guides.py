@@ -1,0 +1,112 @@
+"""The command line guides instead of misleading (issue 24, section 2): a typo does not hide the real errors, inferred
+sparse dimensions are lower bounds everywhere, configs take --var in every command, broken image maps are known as
+image maps with every error listed, progress bars move, and ``stats --plot`` draws what carries information."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from cntkio._src.cli.main import main
+
+ATIS = Path("/work/shared/datasets/atis/atis.train.ctf")
+needs_atis = pytest.mark.skipif(not ATIS.exists(), reason="ATIS dataset not present")
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str, str]:
+    code = main([str(a) for a in args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+# ------------------------------------------------------------------------------------------- 1. a typo
+TYPO_LINE = 1002  # '|S2' written '|S9' on this line
+CORRUPTED = {  # line -> (what is replaced, by what, the error's column and reason)
+    2001: (":1", ":1x", 14, "malformed number: unexpected 'x'"),
+    5001: ("|S0 ", "|S0 abc:", 9, "expected a non-negative integer sparse index, found 'a'"),
+    20001: (":1", ":", 14, "malformed number: unexpected ' '"),
+    40001: (":1", ":1.2.3", 17, "malformed number: unexpected '.'"),
+}
+
+
+@pytest.fixture(scope="module")
+def atis_with_a_typo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """ATIS with one '|S2' mistyped '|S9' and four real corruptions."""
+    lines = ATIS.read_text().split("\n")
+    assert "|S2" in lines[TYPO_LINE - 1]
+    lines[TYPO_LINE - 1] = lines[TYPO_LINE - 1].replace("|S2", "|S9")
+    for line, (old, new, _, _) in CORRUPTED.items():
+        lines[line - 1] = lines[line - 1].replace(old, new, 1)
+    path = tmp_path_factory.mktemp("typo") / "atis.ctf"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _real_errors(errors: list[dict]) -> list[tuple[int, int, str]]:
+    return [(e["line"], e["column"], e["reason"]) for e in errors if e["stream"] != "S9"]
+
+
+WANTED = [(line, column, reason) for line, (_, _, column, reason) in CORRUPTED.items()]
+
+
+@needs_atis
+def test_a_typo_does_not_hide_the_real_errors(atis_with_a_typo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = cli(capsys, "validate", atis_with_a_typo, "--json", "--no-progress")
+    report = json.loads(out)
+    assert code == 1 and report["files"][0]["sequences"] == 4978  # no sequence dropped for a missing 'S9'
+    assert _real_errors(report["errors"]) == WANTED
+    (typo,) = [e for e in report["errors"] if e["stream"] == "S9"]
+    assert (typo["line"], typo["column"]) == (TYPO_LINE, 26)
+    assert typo["reason"].startswith("likely a typo of 'S2': an input seen in only 1 sample")
+    code, text, _ = cli(capsys, "validate", atis_with_a_typo, "--no-progress")
+    assert "INVALID, 5 errors" in text and "missing from the sequence" not in text
+    assert f"{atis_with_a_typo}:{TYPO_LINE}:26\n" in text
+    code, every, _ = cli(capsys, "validate", atis_with_a_typo, "--all-errors", "--no-progress")
+    for line, column, reason in WANTED:
+        assert f"{atis_with_a_typo}:{line}:{column}: {reason}" in every
+    code, inspected, _ = cli(capsys, "inspect", atis_with_a_typo, "--json", "--no-progress")
+    inspected_report = json.loads(inspected)
+    assert [s["name"] for s in inspected_report["streams"]] == ["S0", "S1", "S2"]
+    assert inspected_report["unknown_inputs"] == [
+        {"input": "S9", "samples": 1, "lines": [TYPO_LINE], "likely_typo": True, "similar": "S2"}
+    ]
+
+
+@needs_atis
+def test_an_unknown_input_under_explicit_streams_is_reported(
+    atis_with_a_typo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    streams = ["--stream", "S0:943:sparse", "--stream", "S2:129:sparse"]  # S1 left out on purpose, S9 a typo
+    code, out, _ = cli(capsys, "validate", atis_with_a_typo, *streams, "--json", "--no-progress")
+    report = json.loads(out)
+    assert code == 1 and _real_errors(report["errors"]) == WANTED
+    (typo,) = [e for e in report["errors"] if e["stream"] == "S9"]
+    assert typo["line"] == TYPO_LINE and "not among the streams given by --stream" in typo["reason"]
+    (warning,) = report["files"][0]["warnings"]
+    assert warning == "input 'S1' is not among the streams given by --stream: its 4,978 samples are skipped " \
+        "(first at line 1)"  # fmt: skip
+    code, text, _ = cli(capsys, "validate", atis_with_a_typo, *streams, "--no-progress")
+    assert f"  warning: {warning}\n" in text
+
+
+def test_errors_of_sequences_dropped_for_a_missing_input_are_listed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = [f"{i} |a {i} |b {i % 3}:1" if i % 2 else f"{i} |a {i}" for i in range(40)]  # 'b' only in odd ones
+    lines[10] = "10 |a 1x"  # in a sequence dropped for the missing 'b'
+    lines[11] = "11 |a 2y |b 1:1"
+    path = tmp_path / "data.ctf"
+    path.write_text("\n".join(lines) + "\n")
+    for extra in ([], ["--all-errors"]):
+        _, out, _ = cli(capsys, "validate", path, "--json", "--no-progress", *extra)
+        report = json.loads(out)
+        parse_errors = [(e["line"], e["reason"]) for e in report["errors"] if e["stream"] == "a"]
+        assert parse_errors == [(11, "malformed number: unexpected 'x'"), (12, "malformed number: unexpected 'y'")]
+        assert sum(e["reason"] == "input is missing from the sequence" for e in report["errors"]) == 20
+        assert "if it is optional, pass --optional-inputs" in report["files"][0]["warnings"][0]
+    _, out, _ = cli(capsys, "validate", path, "--no-progress")
+    assert re.search(r"20 x input is missing from the sequence \(input 'b'\)", out)
+    assert f"{path}:11:" in out and f"{path}:12:" in out
