@@ -325,7 +325,7 @@ def test_an_interrupted_conversion_leaves_no_file(tmp_path: Path) -> None:
 def test_cli_convert(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = make_data(tmp_path, 30, seed=2)
     out = tmp_path / "inferred.cbf"
-    assert cli(["convert", str(data.path), str(out), "--chunk-size", "100", "--no-progress"]) == 0
+    assert cli(["convert", str(data.path), str(out), "--chunk-size", "100", "--no-progress", "--infer-dims"]) == 0
     reader = CBFDeserializer(out)
     assert [(i.name, i.shape, i.is_sparse) for i in reader.stream_infos()] == [("x", (2,), False), ("y", (7,), True)]
     assert all_sequences(reader) == all_sequences(CTFDeserializer(data.path, STREAMS))

@@ -110,3 +110,70 @@ def test_errors_of_sequences_dropped_for_a_missing_input_are_listed(
     _, out, _ = cli(capsys, "validate", path, "--no-progress")
     assert re.search(r"20 x input is missing from the sequence \(input 'b'\)", out)
     assert f"{path}:11:" in out and f"{path}:12:" in out
+
+
+# ------------------------------------------------------------------------------------------- 2. lower bounds
+ATIS_TEST = ATIS.with_name("atis.test.ctf")  # its largest indices: 940, 24, 128 (the real dimensions: 943, 26, 129)
+
+
+@needs_atis
+def test_stats_and_explain_say_an_inferred_sparse_dimension_is_a_lower_bound(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, text, _ = cli(capsys, "stats", ATIS_TEST, "--no-progress")
+    assert code == 0 and "stream S0  sparse, dim >= 941 (inferred: largest index + 1): 10,984 samples" in text
+    assert re.search(r"indices +449 of >= 941 used", text) and "dim 941" not in text
+    found = json.loads(cli(capsys, "stats", ATIS_TEST, "--json", "--no-progress")[1])
+    assert [(s["dim"], s["dim_lower_bound"]) for s in found["streams"]] == [(941, True), (25, True), (129, True)]
+    code, plan, _ = cli(capsys, "explain", ATIS_TEST, "--no-progress")
+    assert code == 0 and "S0 (sparse >= 941), S1 (sparse >= 25), S2 (sparse >= 129)" in plan
+    plan_json = json.loads(cli(capsys, "explain", ATIS_TEST, "--json", "--no-progress")[1])
+    assert [s["dim_lower_bound"] for s in plan_json["source"]["streams"]] == [True, True, True]
+
+
+def test_stats_of_a_cbf_file_gives_its_dimensions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "data.ctf"
+    source.write_text("0 |x 1 2 |y 3:1\n1 |x 3 4 |y 0:1\n")
+    cbf = tmp_path / "data.cbf"
+    assert cli(capsys, "convert", source, cbf, "--stream", "x:2:dense", "--stream", "y:10:sparse")[0] == 0
+    found = json.loads(cli(capsys, "stats", cbf, "--json", "--no-progress")[1])
+    assert [(s["dim"], s["dim_lower_bound"]) for s in found["streams"]] == [(2, False), (10, False)]
+
+
+@needs_atis
+def test_convert_refuses_to_write_an_inferred_sparse_dimension(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cntkio import CBFDeserializer
+
+    target = tmp_path / "atis.cbf"
+    code, _, err = cli(capsys, "convert", ATIS_TEST, target, "--no-progress")
+    assert code == 2 and not target.exists()
+    assert "lower bounds (the largest index seen + 1: S0 >= 941, S1 >= 25, S2 >= 129)" in err
+    assert "--stream S0:941:sparse --stream S1:25:sparse --stream S2:129:sparse" in err and "--infer-dims" in err
+    given = ["--stream", "S0:943:sparse", "--stream", "S1:26:sparse", "--stream", "S2:129:sparse"]
+    assert cli(capsys, "convert", ATIS_TEST, target, *given, "--no-progress")[0] == 0
+    reader = CBFDeserializer(target)
+    assert [i.shape for i in reader.stream_infos()] == [(943,), (26,), (129,)]
+    reader.close()
+    code, out, _ = cli(capsys, "convert", ATIS_TEST, tmp_path / "inferred.cbf", "--infer-dims", "--no-progress")
+    assert code == 0 and "S0 (941 sparse, inferred: a lower bound)" in out
+    assert cli(capsys, "convert", ATIS_TEST, target, "--infer-dims", *given)[0] == 2  # one or the other
+    help_text = cli_help(capsys, "convert")
+    assert "--infer-dims" in help_text and "lower bound" in help_text
+
+
+def cli_help(capsys: pytest.CaptureFixture[str], command: str) -> str:
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    return " ".join(capsys.readouterr().out.split())
+
+
+def test_convert_refuses_a_file_with_a_likely_typo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "data.ctf"
+    lines = [f"{i} |x {i} {i}" for i in range(300)]
+    lines[123] = "123 |xx 1 2"
+    source.write_text("\n".join(lines) + "\n")
+    code, _, err = cli(capsys, "convert", source, tmp_path / "data.cbf", "--no-progress")
+    assert code == 1 and f"{source}:124:5: likely a typo of 'x': input 'xx'" in err
+    assert not (tmp_path / "data.cbf").exists()

@@ -116,6 +116,12 @@ def open_deserializer(
     return form.open(os.fspath(path), chunk_size_in_bytes=chunk_size_in_bytes, max_errors=max_errors)
 
 
+def dims_inferred(path: str | Section, section: str | None = None) -> bool:
+    """Whether :func:`open_source` (or :func:`open_deserializer`) infers the streams of ``path`` from its content
+    (a CTF data file): a sparse dimension is then a lower bound. A config's, or a CBF file's, are given."""
+    return not isinstance(path, Section) and not is_config(path, section) and registry.opened_as(path) is registry.CTF
+
+
 def open_source(
     path: str | Section,
     *,

@@ -17,7 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from cntkio._src.cli.inspect_ctf import HISTOGRAM_BINS, StreamSpec, StreamStats
+from cntkio._src.cli.inspect_ctf import (
+    FROM_FILE,
+    HISTOGRAM_BINS,
+    INFERRED_DENSE,
+    INFERRED_SPARSE,
+    StreamSpec,
+    StreamStats,
+)
 from cntkio._src.formats.protocol import Deserializer, SparseStream, StreamData
 
 VALUE_SAMPLE = 1 << 20  # values kept per stream for the value histogram (a uniform sample beyond this)
@@ -159,6 +166,7 @@ class StreamDistributions:
         return {
             "used": int(np.count_nonzero(counts)) if per_index else None,
             "of": dim,
+            "of_lower_bound": self.spec.dim_lower_bound,
             "top": [[int(i), int(counts[i])] for i in top if counts[i]],
             "histogram": [
                 {"low": i * step * width, "high": min((i + 1) * step * width, dim) - 1, "count": int(c)}
@@ -172,6 +180,7 @@ class StreamDistributions:
             "name": self.spec.name,
             "format": "sparse" if self.spec.is_sparse else "dense",
             "dim": self.spec.dim,
+            "dim_lower_bound": self.spec.dim_lower_bound,  # inferred: the largest index + 1 (the real one may be more)
             "samples": stats.samples,
             "empty_sequences": stats.empty_sequences,
             "samples_per_sequence": self.per_sequence.summary(bins),
@@ -194,12 +203,20 @@ class StreamDistributions:
 class FileDistributions:
     """The distributions of every stream of a file, and of its sequence lengths (the most samples of any stream)."""
 
-    def __init__(self, path: str, reader: Deserializer):
+    def __init__(self, path: str, reader: Deserializer, *, dims_inferred: bool = False):
         self.path = path
         self.format = type(reader).__name__.removesuffix("Deserializer")
         self.chunks = reader.num_chunks()
         self.streams = [
-            StreamDistributions(StreamSpec(info.name, int(np.prod(info.shape)), info.is_sparse, info.name))
+            StreamDistributions(
+                StreamSpec(
+                    info.name,
+                    int(np.prod(info.shape)),
+                    info.is_sparse,
+                    info.name,
+                    _dim_source(info.is_sparse) if dims_inferred else FROM_FILE,
+                )
+            )
             for info in reader.stream_infos()
         ]
         self.lengths = IntegerCounts()
@@ -230,17 +247,27 @@ class FileDistributions:
         }
 
 
+def _dim_source(is_sparse: bool) -> str:
+    return INFERRED_SPARSE if is_sparse else INFERRED_DENSE
+
+
 def gather(
-    path: str, reader: Deserializer, advance: Advance | None = None, bins: int = HISTOGRAM_BINS
+    path: str,
+    reader: Deserializer,
+    advance: Advance | None = None,
+    bins: int = HISTOGRAM_BINS,
+    *,
+    dims_inferred: bool = False,
 ) -> dict[str, Any]:
     """Reads every chunk of ``reader`` (the file at ``path``) and returns its distributions, histograms of ``bins``
     bins, as a JSON-ready dict; ``advance`` is called per chunk. Bad records a reader skips under its ``max_errors``
-    are counted.
+    are counted. ``dims_inferred``: the reader's dimensions were inferred from the file (CTF), so its sparse ones
+    are lower bounds.
 
     Raises:
         FormatError: a chunk cannot be read (a fatal format error).
     """
-    found = FileDistributions(path, reader)
+    found = FileDistributions(path, reader, dims_inferred=dims_inferred)
     for chunk in range(reader.num_chunks()):
         found.add(reader.get_chunk(chunk))
         if advance is not None:
@@ -281,10 +308,16 @@ def value_text(values: dict[str, Any]) -> str:
     return text
 
 
+def dim_text(dim: int, lower_bound: bool) -> str:
+    """A dimension as the text shows it: ``>= 941`` when it is a lower bound (inferred from a sparse stream)."""
+    return f">= {number(dim)}" if lower_bound else number(dim)
+
+
 def index_text(indices: dict[str, Any]) -> str:
     used = "?" if indices["used"] is None else number(indices["used"])
     top = ", ".join(f"{i} ({number(c)})" for i, c in indices["top"])
-    return f"{used} of {number(indices['of'])} used" + (f"; most used {top}" if top else "")
+    of = dim_text(indices["of"], indices.get("of_lower_bound", False))
+    return f"{used} of {of} used" + (f"; most used {top}" if top else "")
 
 
 def stream_sections(stream: dict[str, Any]) -> list[tuple[str, str, list[dict[str, Any]]]]:

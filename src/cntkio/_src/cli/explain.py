@@ -31,6 +31,7 @@ from cntkio._src.cli.common import (
     add_progress_option,
     cannot_read,
     close_source,
+    dims_inferred,
     fail,
     is_config,
     open_source,
@@ -84,10 +85,12 @@ def explain(
     minibatch_size: int = DEFAULT_MINIBATCH_SIZE,
     first_keys: int = FIRST_KEYS,
     advance: Advance | None = None,
+    dims_inferred: bool = False,
 ) -> dict[str, Any]:
     """The reading plan of ``source`` for ``ranks`` data partitions of ``workers`` loader workers each, over its first
     ``sweeps`` sweeps (fewer when its epoch ends earlier), with minibatches of ``minibatch_size`` samples for the whole
     job, as a JSON-ready dict (see the module). The source's position is moved: use it for nothing else.
+    ``dims_inferred``: the source's streams were inferred from a CTF file (its sparse dimensions are lower bounds).
 
     Raises:
         ValueError: a count below 1.
@@ -109,7 +112,7 @@ def explain(
     source.restore_from_checkpoint({"minibatchSourcePosition": 0})
     orders = [SweepOrder(corpus, randomization, sweep) for sweep in range(sweeps)]
     plan: dict[str, Any] = {
-        "source": _describe_source(source, corpus),
+        "source": _describe_source(source, corpus, dims_inferred),
         "chunks": _chunk_table(corpus),
         "randomization": _describe_randomization(randomization),
         "sweeps": [_describe_sweep(order, corpus) for order in orders],
@@ -176,10 +179,15 @@ def _equal_steps(source: MinibatchSource, ranks: int, minibatch_size: int) -> di
     return {rule: EqualSteps(rule, minibatch_size, ranks).plan(source, 0).report() for rule in RULES}
 
 
-def _describe_source(source: MinibatchSource, corpus: Corpus) -> dict[str, Any]:
+def _describe_source(source: MinibatchSource, corpus: Corpus, dims_inferred: bool) -> dict[str, Any]:
     primary = corpus.primary
     streams = [
-        {"name": info.name, "format": info.storage_format, "dim": int(np.prod(info.shape)) if info.shape else 0}
+        {
+            "name": info.name,
+            "format": info.storage_format,
+            "dim": int(np.prod(info.shape)) if info.shape else 0,
+            "dim_lower_bound": dims_inferred and info.is_sparse,  # the largest index + 1: the real one may be more
+        }
         for info in source.stream_infos()
     ]
     return {
@@ -312,7 +320,9 @@ def write_plan(plan: dict[str, Any], out: TextIO) -> None:
     src, chunks, r = plan["source"], plan["chunks"], plan["randomization"]
     part = plan["partitioning"]
     unit = src["unit"]
-    streams = ", ".join(f"{s['name']} ({s['format']} {s['dim']})" for s in src["streams"])
+    streams = ", ".join(
+        f"{s['name']} ({s['format']} {'>= ' * s['dim_lower_bound']}{s['dim']})" for s in src["streams"]
+    )
     out.write(f"source     {src['name']} ({' + '.join(src['deserializers'])}): {streams}\n")
     out.write(
         f"index      {_plural(src['sequences'], 'sequence')}, {src['sweep_samples']:,} samples per sweep in "
@@ -495,7 +505,7 @@ def _plan_with_progress(source: MinibatchSource, args: argparse.Namespace) -> di
     with progress.bar(args.progress, total, "planning", unit="sample") as advance:
         return explain(
             source, ranks=args.ranks, workers=args.workers, sweeps=args.sweeps, minibatch_size=args.minibatch_size,
-            first_keys=args.keys, advance=advance,
+            first_keys=args.keys, advance=advance, dims_inferred=dims_inferred(args.path, args.section),
         )  # fmt: skip
 
 

@@ -15,7 +15,7 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
-from cntkio._src.cli.distributions import bin_label, number, stream_sections, summary_text
+from cntkio._src.cli.distributions import bin_label, dim_text, number, stream_sections, summary_text
 
 SUFFIXES = (".png", ".html")
 DPI = 100
@@ -105,7 +105,8 @@ def html_page(found: dict[str, Any], png: bytes) -> str:
     ]
     for stream in found["streams"]:
         parts.append(
-            f"<h2>Stream {e(stream['name'])}</h2><p>{e(stream['format'])}, dim {number(stream['dim'])}: "
+            f"<h2>Stream {e(stream['name'])}</h2><p>{e(stream['format'])}, dim "
+            f"{e(dim_text(stream['dim'], stream['dim_lower_bound']))}: "
             f"{number(stream['samples'])} samples, absent from {number(stream['empty_sequences'])} sequence(s)</p>"
         )
         for label, text, histogram in stream_sections(stream):

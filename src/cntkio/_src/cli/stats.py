@@ -11,12 +11,13 @@ from cntkio._src.cli import plot
 from cntkio._src.cli.common import (
     add_progress_option,
     cannot_read,
+    dims_inferred,
     fail,
     open_deserializer,
     positive_int,
     write_json,
 )
-from cntkio._src.cli.distributions import bin_label, gather, number, stream_sections, summary_text
+from cntkio._src.cli.distributions import bin_label, dim_text, gather, number, stream_sections, summary_text
 from cntkio._src.cli.inspect_ctf import HISTOGRAM_BINS
 from cntkio._src.common import progress
 from cntkio._src.common.errors import CNTKIOError, FormatError
@@ -40,9 +41,8 @@ def write_text(found: dict[str, Any], out: TextIO) -> None:
     _write_histogram(out, found["sequence_lengths"]["histogram"])
     for s in found["streams"]:
         absent = f", absent from {number(s['empty_sequences'])} sequence(s)" if s["empty_sequences"] else ""
-        out.write(
-            f"stream {s['name']}  {s['format']}, dim {number(s['dim'])}: {number(s['samples'])} samples{absent}\n"
-        )
+        dim = dim_text(s["dim"], s["dim_lower_bound"]) + (" (inferred: largest index + 1)" * s["dim_lower_bound"])
+        out.write(f"stream {s['name']}  {s['format']}, dim {dim}: {number(s['samples'])} samples{absent}\n")
         for label, text, histogram in stream_sections(s):
             out.write(f"  {label:<22} {text}\n")
             _write_histogram(out, histogram, indent=4)
@@ -92,7 +92,7 @@ def run_stats(args: argparse.Namespace) -> int:
         reader = open_deserializer(args.file, max_errors=sys.maxsize)  # bad CTF records are skipped and counted
         try:
             with progress.bar(args.progress, reader.num_chunks(), "reading", unit="chunk") as advance:
-                found = gather(args.file, reader, advance, args.bins)
+                found = gather(args.file, reader, advance, args.bins, dims_inferred=dims_inferred(args.file))
         finally:
             getattr(reader, "close", lambda: None)()
     except FormatError as e:
