@@ -177,3 +177,58 @@ def test_convert_refuses_a_file_with_a_likely_typo(tmp_path: Path, capsys: pytes
     code, _, err = cli(capsys, "convert", source, tmp_path / "data.cbf", "--no-progress")
     assert code == 1 and f"{source}:124:5: likely a typo of 'x': input 'xx'" in err
     assert not (tmp_path / "data.cbf").exists()
+
+
+# ------------------------------------------------------------------------------------------- 3. --var, SGD
+CONFIG = """
+DataDir = ../Data
+Train = [
+    reader = [
+        readerType = "CNTKTextFormatReader"
+        file = "$DataDir$/data.ctf"
+        input = [ x = [ dim = 2 ; format = "dense" ] ]
+    ]
+    SGD = [ minibatchSize = 7 ; maxEpochs = 2 ]
+]
+"""
+
+
+@pytest.fixture()
+def config_elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """A config whose DataDir (../Data) is right only from another directory than the one we run in."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "data.ctf").write_text("".join(f"{i} |x {i} {i + 1}\n" for i in range(20)))
+    config = tmp_path / "configs" / "train.cntk"
+    config.parent.mkdir()
+    config.write_text(CONFIG)
+    monkeypatch.chdir(tmp_path)  # ../Data is not there from here
+    return config, data
+
+
+@pytest.mark.parametrize("command", ["validate", "inspect"])
+def test_inspect_and_validate_take_var(
+    config_elsewhere: tuple[Path, Path], command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, data = config_elsewhere
+    code, _, err = cli(capsys, command, config, "--no-progress")
+    assert code == 2 and "Data/data.ctf" in err  # the config as written: its data is not found from here
+    code, out, err = cli(capsys, command, config, "--var", f"DataDir={data}", "--no-progress")
+    assert (code, err) == (0, "") and "OK: no errors" in out and "20" in out
+    with pytest.raises(SystemExit):  # not NAME=VALUE: a usage error
+        main([command, str(config), "--var", "DataDir"])
+    code, _, err = cli(capsys, command, data / "data.ctf", "--var", "DataDir=x", "--no-progress")
+    assert code == 2 and "--var is for BrainScript configs" in err
+
+
+def test_explain_plans_with_the_configs_minibatch_size(
+    config_elsewhere: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, data = config_elsewhere
+    common = [config, "--section", "Train.reader", "--var", f"DataDir={data}", "--json", "--no-progress"]
+    code, out, err = cli(capsys, "explain", *common)
+    assert (code, err) == (0, "") and json.loads(out)["partitioning"]["minibatch_size"] == 7  # the SGD section's
+    code, out, _ = cli(capsys, "explain", *common, "--minibatch-size", "5")
+    assert json.loads(out)["partitioning"]["minibatch_size"] == 5  # unless told otherwise
+    code, out, _ = cli(capsys, "explain", data / "data.ctf", "--json", "--no-progress")
+    assert json.loads(out)["partitioning"]["minibatch_size"] == 256  # a data file: the default

@@ -17,6 +17,7 @@ from cntkio._src.cli.common import (
     EXIT_INVALID,
     EXIT_OK,
     add_progress_option,
+    add_variable_option,
     cannot_read,
     close_source,
     count,
@@ -99,6 +100,7 @@ def _add_reading_options(command: argparse.ArgumentParser) -> None:
         "--section", metavar="NAME",
         help="config: the reader section to check, a dotted path such as Train.reader (default: every one)",
     )  # fmt: skip
+    add_variable_option(command)
     command.add_argument("--json", action="store_true", help="print the report as JSON")
     command.add_argument(
         "--all-errors", action="store_true",
@@ -166,7 +168,9 @@ def _reports_of(path: str, args: argparse.Namespace, command: str) -> list[Repor
         )
     with Phases(args.progress, label=os.path.basename(path)) as progress:
         if form == registry.CONFIG.name:  # readers, not data: a report per deserializer
-            return validate_config(path, args.section, progress)
+            return validate_config(path, args.section, progress, variables=args.var)
+        if args.var and len(args.files) == 1:
+            raise ConfigError(f"--var is for BrainScript configs; '{path}' is read as {registry.title(form)}")
         if args.streams and form != registry.CTF.name:
             raise ConfigError(f"--stream is for CTF files; '{path}' is read as {registry.title(form)}")
         report = INSPECTORS[form](path, args, progress, command == "validate")
@@ -220,19 +224,22 @@ INSPECTORS: dict[str, Inspector] = {
 }
 
 
-def validate_config(path: str, section: str | None, progress: Progress | None = None) -> list[Report]:
+def validate_config(
+    path: str, section: str | None, progress: Progress | None = None, *, variables: list[str] | None = None
+) -> list[Report]:
     """Validates a BrainScript config: a report per deserializer of each reader section (or of ``section``), as
-    :func:`cntkio.brainscript.load_reader` loads it, each read through to the end. ``cntkio.brainscript`` is
-    imported here, only for configs."""
-    from cntkio._src.config.brainscript import reader_sections
+    :func:`cntkio.brainscript.load_reader` loads it with ``variables`` (``NAME=VALUE`` overrides, as on CNTK's
+    command line), each read through to the end. ``cntkio.brainscript`` is imported here, only for configs."""
+    from cntkio._src.config.brainscript import load_config, reader_sections
 
-    sections = [section] if section else reader_sections(path)
+    config = load_config(path, list(variables) if variables else None)
+    sections = [section] if section else reader_sections(config)
     if not sections:
         raise ConfigError(f"'{path}': no reader section (a block holding readerType or deserializers)")
     reports = []
     for name in sections:
         try:
-            source = open_source(path, section=name, prefetch=False)
+            source = open_source(config, section=name, prefetch=False)
         except FormatError as e:  # the data of a deserializer that indexes its files when it is made
             report = Report(path, os.path.getsize(path), False, [], format=registry.CONFIG.name, fatal=e)
             report.summary["section"] = name

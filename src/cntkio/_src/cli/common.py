@@ -24,6 +24,11 @@ PROGRESS_HELP = (
     "is installed and the work takes more than a second)"
 )
 
+VARIABLE_HELP = (
+    "CONFIG: give a variable this value, overriding the config's definition, as on CNTK's command line "
+    "(repeatable), e.g. --var DataDir=../Data for $DataDir$"
+)
+
 
 # ------------------------------------------------------------------------------------------- arguments
 def positive_int(text: str) -> int:
@@ -52,6 +57,19 @@ def stream_spec(text: str) -> StreamSpec:
     if storage not in ("dense", "sparse"):
         raise argparse.ArgumentTypeError(f"format must be 'dense' or 'sparse', got {parts[2]!r} in {text!r}")
     return StreamSpec(name, int(dim), storage == "sparse", alias)
+
+
+def variable(text: str) -> str:
+    """A ``--var NAME=VALUE`` argument, checked (kept as text: CNTK's command-line form of an override)."""
+    name, equals, _ = text.partition("=")
+    if not equals or not name.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return text
+
+
+def add_variable_option(command: argparse.ArgumentParser, help: str = VARIABLE_HELP) -> None:
+    """``--var NAME=VALUE`` (repeatable): a config variable's value, as on CNTK's command line."""
+    command.add_argument("--var", metavar="NAME=VALUE", type=variable, action="append", default=[], help=help)
 
 
 def add_progress_option(command: argparse.ArgumentParser, help: str = PROGRESS_HELP) -> None:
@@ -120,6 +138,20 @@ def dims_inferred(path: str | Section, section: str | None = None) -> bool:
     """Whether :func:`open_source` (or :func:`open_deserializer`) infers the streams of ``path`` from its content
     (a CTF data file): a sparse dimension is then a lower bound. A config's, or a CBF file's, are given."""
     return not isinstance(path, Section) and not is_config(path, section) and registry.opened_as(path) is registry.CTF
+
+
+def sgd_section(config: Section, reader_section: str) -> Section | None:
+    """The ``SGD`` section beside a reader section (where CNTK's training loop found ``epochSize``, ``maxEpochs``
+    and ``minibatchSize``), or None."""
+    parent = config.path(reader_section).parent
+    return parent.section("SGD") if parent is not None and "SGD" in parent else None
+
+
+def sgd_minibatch_size(config: Section, reader_section: str) -> int | None:
+    """The ``minibatchSize`` of the ``SGD`` section beside a reader section (its first epoch's), or None."""
+    sgd = sgd_section(config, reader_section)
+    value = None if sgd is None else sgd.get("minibatchSize")
+    return None if value is None else int(value.as_numbers()[0])
 
 
 def open_source(

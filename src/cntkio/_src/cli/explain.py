@@ -29,6 +29,7 @@ import numpy as np
 from cntkio._src.api.source import MinibatchSource
 from cntkio._src.cli.common import (
     add_progress_option,
+    add_variable_option,
     cannot_read,
     close_source,
     dims_inferred,
@@ -36,6 +37,7 @@ from cntkio._src.cli.common import (
     is_config,
     open_source,
     positive_int,
+    sgd_minibatch_size,
     write_json,
 )
 from cntkio._src.common import progress
@@ -459,8 +461,9 @@ def add_command(commands: Any) -> None:
     command.add_argument("--workers", type=positive_int, default=1, help="DataLoader workers per rank (default 1)")
     command.add_argument("--sweeps", type=positive_int, default=1, help="sweeps to plan (default 1)")
     command.add_argument(
-        "--minibatch-size", metavar="M", type=positive_int, default=DEFAULT_MINIBATCH_SIZE,
-        help=f"samples per minibatch for the whole job, split across ranks (default {DEFAULT_MINIBATCH_SIZE})",
+        "--minibatch-size", metavar="M", type=positive_int, default=None,
+        help="samples per minibatch for the whole job, split across ranks (default: a CONFIG's, the minibatchSize "
+        f"of the SGD section beside its reader section, as cntkio read takes it; else {DEFAULT_MINIBATCH_SIZE})",
     )  # fmt: skip
     command.add_argument(
         "--keys", metavar="N", type=positive_int, default=FIRST_KEYS, help="first keys shown per reader"
@@ -473,9 +476,7 @@ def add_command(commands: Any) -> None:
     )  # fmt: skip
     command.add_argument("--chunk-size", metavar="BYTES", type=positive_int, help="FILE (CTF): chunk size in bytes")
     command.add_argument("--section", metavar="S", help="CONFIG: the reader section (default 'reader')")
-    command.add_argument(
-        "--var", metavar="NAME=VALUE", action="append", default=[], help="CONFIG: a $NAME$ variable (repeatable)"
-    )
+    add_variable_option(command)
     command.add_argument("--json", action="store_true", help="print the plan as JSON")
     add_progress_option(command, "a progress bar (needs tqdm; default: on a terminal, once planning takes a while)")
     command.set_defaults(handler=run_explain)
@@ -484,11 +485,11 @@ def add_command(commands: Any) -> None:
 def run_explain(args: argparse.Namespace) -> int:
     """Runs ``cntkio explain``; returns the exit status (0, or 2 for a usage or I/O error)."""
     try:
-        source = _open_source(args)
+        source, minibatch_size = _open_source(args)
     except (OSError, CNTKIOError, ImportError, ValueError) as e:
         return fail("explain", cannot_read(e, args.path) if isinstance(e, OSError) and e.strerror else str(e))
     try:
-        plan = _plan_with_progress(source, args)
+        plan = _plan_with_progress(source, args, minibatch_size)
     except (CNTKIOError, ValueError) as e:
         return fail("explain", str(e))
     finally:
@@ -500,22 +501,25 @@ def run_explain(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plan_with_progress(source: MinibatchSource, args: argparse.Namespace) -> dict[str, Any]:
+def _plan_with_progress(source: MinibatchSource, args: argparse.Namespace, minibatch_size: int) -> dict[str, Any]:
     total = args.ranks * args.sweeps * source.sweep_size
     with progress.bar(args.progress, total, "planning", unit="sample") as advance:
         return explain(
-            source, ranks=args.ranks, workers=args.workers, sweeps=args.sweeps, minibatch_size=args.minibatch_size,
+            source, ranks=args.ranks, workers=args.workers, sweeps=args.sweeps, minibatch_size=minibatch_size,
             first_keys=args.keys, advance=advance, dims_inferred=dims_inferred(args.path, args.section),
         )  # fmt: skip
 
 
-def _open_source(args: argparse.Namespace) -> MinibatchSource:
+def _open_source(args: argparse.Namespace) -> tuple[MinibatchSource, int]:
+    """The source to plan, and the minibatch size to plan with (``--minibatch-size``, else a config's)."""
     path: str = args.path
     if args.window is not None and args.window < 0:
         raise ValueError(f"--window must be >= 0, got {args.window}")
     if is_config(path, args.section):
         if args.chunk_size is not None:
             raise ValueError("--chunk-size applies to a FILE; a CONFIG's reader section sets chunkSizeInBytes")
+        from cntkio._src.config.brainscript import load_config
+
         overrides: dict[str, Any] = {"prefetch": False}  # (what the config sets, unless given here)
         if args.seed is not None:
             overrides["randomization_seed"] = args.seed
@@ -523,14 +527,18 @@ def _open_source(args: argparse.Namespace) -> MinibatchSource:
             overrides.update(
                 randomization_window_in_chunks=args.window, randomization_window_in_samples=0, randomize=args.window > 0
             )
-        variables = dict(_variable(text) for text in args.var)
-        return open_source(path, section=args.section, variables=variables or None, **overrides)
+        config = load_config(path, list(args.var) or None)
+        section = args.section or "reader"
+        source = open_source(config, section=section, **overrides)
+        size = args.minibatch_size or sgd_minibatch_size(config, section) or DEFAULT_MINIBATCH_SIZE
+        return source, size
     if args.var:
         raise ValueError("--var applies to a CONFIG")
-    return source_for_file(
+    source = source_for_file(
         path, seed=args.seed or 0, sweeps=args.sweeps, chunk_size_in_bytes=args.chunk_size,
         window=DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS if args.window is None else args.window,
     )  # fmt: skip
+    return source, args.minibatch_size or DEFAULT_MINIBATCH_SIZE
 
 
 def source_for_file(
@@ -543,10 +551,3 @@ def source_for_file(
         path, chunk_size_in_bytes=chunk_size_in_bytes, max_sweeps=sweeps, randomization_window_in_chunks=window,
         randomization_seed=seed, randomize=window > 0, prefetch=False,
     )  # fmt: skip
-
-
-def _variable(text: str) -> tuple[str, str]:
-    name, equals, value = text.partition("=")
-    if not equals or not name:
-        raise ValueError(f"--var expects NAME=VALUE, got {text!r}")
-    return name, value

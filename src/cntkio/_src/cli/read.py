@@ -11,7 +11,15 @@ import time
 from typing import Any
 
 from cntkio._src.api.source import MinibatchSource
-from cntkio._src.cli.common import add_progress_option, close_source, open_source, write_json
+from cntkio._src.cli.common import (
+    add_progress_option,
+    add_variable_option,
+    close_source,
+    open_source,
+    sgd_minibatch_size,
+    sgd_section,
+    write_json,
+)
 from cntkio._src.common import progress
 from cntkio._src.common.errors import CNTKIOError, FormatError
 
@@ -30,7 +38,7 @@ def add_command(commands: Any) -> None:
     )
     command.add_argument("config", metavar="CONFIG", help="a BrainScript config file")
     command.add_argument("--section", default="reader", help="dotted path of the reader section (default 'reader')")
-    command.add_argument("--var", metavar="NAME=VALUE", action="append", default=[], help="override a variable")
+    add_variable_option(command)
     command.add_argument("--epochs", type=int, help="epochs to read (default: the SGD section's maxEpochs, else 1)")
     command.add_argument(
         "--minibatch-size", type=int, help=f"samples per minibatch (default: the SGD section's minibatchSize, else "
@@ -83,18 +91,15 @@ def run_read(args: argparse.Namespace) -> int:
 
 def _training_loop(config: Any, args: argparse.Namespace) -> tuple[int, int]:
     """Epochs and minibatch size: the arguments, else the ``SGD`` section beside the reader, else 1 and 1024."""
-    sgd = None
-    parent = config.path(args.section).parent
-    if parent is not None and "SGD" in parent:
-        sgd = parent.section("SGD")
+    sgd = sgd_section(config, args.section)
     epochs = args.epochs
     if epochs is None:
         value = None if sgd is None else sgd.get("maxEpochs")
         epochs = 1 if value is None else value.as_int()
     size = args.minibatch_size
     if size is None:
-        value = None if sgd is None else sgd.get("minibatchSize")
-        size = DEFAULT_MINIBATCH_SIZE if value is None else int(value.as_numbers()[0])
+        configured = sgd_minibatch_size(config, args.section)
+        size = DEFAULT_MINIBATCH_SIZE if configured is None else configured
     if epochs < 1 or size < 1:
         raise ValueError(f"epochs and minibatch size must be >= 1, got {epochs} and {size}")
     return epochs, size
