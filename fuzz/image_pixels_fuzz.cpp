@@ -1,6 +1,6 @@
 // Fuzz target of the per-pixel tail of the image pipeline (libFuzzer entry point): the first bytes choose the view
 // (size, channels, source type, strides with padding, mirroring), the operations (colour, saturation, mean, shift,
-// with parameters that may be extreme) and the output (type, CHW or HWC, channel order); the rest of the input
+// normalisation, with parameters that may be extreme) and the output (type, CHW or HWC, channel order); the rest of the input
 // fills the source pixels. The kernel must stay inside its buffers (the sanitizers watch), the AVX2 copy must give
 // exactly the bytes of the baseline copy, and a uint8 output or one whose last operation clamps holds [0, 255].
 #include <cmath>
@@ -72,12 +72,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   std::vector<PixelOp> ops(in.next(5));
   for (PixelOp& op : ops) {
-    op.kind = static_cast<PixelOp::Kind>(1 + in.next(4));
+    op.kind = static_cast<PixelOp::Kind>(1 + in.next(5));
     op.alpha = value(in);
     op.brightness = value(in);
     op.factor = std::fabs(value(in));
     for (double& shift : op.shift) shift = value(in) * 50.0;
     op.mean = work_double ? static_cast<const void*>(mean_double.data()) : mean_float.data();
+    op.divisor = in.next(2) ? 255.0 : 1.0 / (1.0 + in.next(256));  // (the binding refuses divisors <= 0)
+    for (int c = 0; c < 3; ++c) {
+      op.offset[c] = value(in);
+      op.deviation[c] = (1.0 + in.next(256)) / 64.0;  // 1/64 .. 4 (the binding refuses <= 0)
+    }
   }
   const size_t bytes = static_cast<size_t>(count * itemsize(output.type));
   std::vector<uint8_t> baseline(bytes), fast(bytes);

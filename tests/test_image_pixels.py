@@ -18,7 +18,7 @@ from cntkio._src.formats.image_pipeline import ImagePipeline, RandomDraws
 
 cv2 = pytest.importorskip("cv2")
 
-BRIGHTNESS_CONTRAST, SATURATION, SUBTRACT_MEAN, SHIFT_CLAMP = 1, 2, 3, 4
+BRIGHTNESS_CONTRAST, SATURATION, SUBTRACT_MEAN, SHIFT_CLAMP, NORMALIZE = 1, 2, 3, 4, 5
 
 
 def reference(source: np.ndarray, flip: bool, ops: list[tuple], out_dtype, chw: bool, rgb: bool) -> np.ndarray:
@@ -36,6 +36,10 @@ def reference(source: np.ndarray, flip: bool, ops: list[tuple], out_dtype, chw: 
             img = img - op[1]
         elif op[0] == SHIFT_CLAMP:
             img = np.clip(img + np.array(op[1 : 1 + img.shape[2]], dtype=work), 0, 255).astype(work)
+        elif op[0] == NORMALIZE:
+            channels = img.shape[2]
+            mean, std = np.array(op[2 : 2 + channels], dtype=work), np.array(op[5 : 5 + channels], dtype=work)
+            img = ((img / work(op[1]) if op[1] != 1 else img) - mean) / std
     if rgb and img.shape[2] == 3:
         img = img[:, :, ::-1]
     if chw:
@@ -65,13 +69,17 @@ def cases(draw):
     work = np.float64 if out_dtype == np.float64 else np.float32
     ops: list[tuple] = []
     for _ in range(draw(st.integers(0, 4))):
-        kind = draw(st.sampled_from([BRIGHTNESS_CONTRAST, SATURATION, SUBTRACT_MEAN, SHIFT_CLAMP]))
+        kind = draw(st.sampled_from([BRIGHTNESS_CONTRAST, SATURATION, SUBTRACT_MEAN, SHIFT_CLAMP, NORMALIZE]))
         if kind == BRIGHTNESS_CONTRAST:
             ops.append((kind, draw(st.floats(0.0, 2.0)), draw(st.floats(-1.0, 1.0))))
         elif kind == SATURATION:
             ops.append((kind, draw(st.floats(0.0, 2.0))))
         elif kind == SUBTRACT_MEAN:
             ops.append((kind, rng.uniform(0, 255, (height, width, channels)).astype(work)))
+        elif kind == NORMALIZE:
+            divisor = draw(st.sampled_from([1.0, 255.0, 0.5]))
+            ops.append((kind, divisor, *(float(v) for v in rng.uniform(-1, 1, 3)),
+                        *(float(v) for v in rng.uniform(0.05, 3, 3))))  # fmt: skip
         else:
             ops.append((kind, *(float(v) for v in rng.uniform(-100, 100, 3))))
     return source, draw(st.booleans()), ops, out_dtype, draw(st.booleans()), draw(st.booleans())
@@ -125,6 +133,18 @@ def test_uint8_output_rounds_half_to_even_and_saturates():
         (lambda s, o: _native.image_pixels(s, False, [(2, -1.0)], o, True, False), ">= 0"),
         (lambda s, o: _native.image_pixels(s, False, [], o.transpose(0, 2, 1), True, False), "contiguous"),
         (lambda s, o: _native.image_pixels(s.astype(np.int32), False, [], o, True, False), "uint8, float32"),
+        (lambda s, o: _native.image_pixels(s, False, [(5, 255.0, 0.0, 0.0, 0.0, 1.0, 1.0)], o, True, False),
+         "number of parameters"),
+        (lambda s, o: _native.image_pixels(s, False, [(5, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0)], o, True, False),
+         "divisor"),
+        (lambda s, o: _native.image_pixels(s, False, [(5, 255.0, 0.0, 0.0, 0.0, 1.0, 0.0, 1.0)], o, True, False),
+         "std"),
+        (lambda s, o: _native.image_pixels(s, False, [(5, 255.0, 0.0, 0.0, 0.0, 1.0, 1e-50, 1.0)], o, True, False),
+         "std"),
+        (lambda s, o: _native.image_pixels(s, False, [(5, 1e300, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0)], o, True, False),
+         "divisor"),
+        (lambda s, o: _native.image_pixels(s, False, [(5, 1.0, np.nan, 0.0, 0.0, 1.0, 1.0, 1.0)], o, True, False),
+         "mean"),
     ],
 )
 def test_native_pixels_reject_bad_arguments(call, message):
@@ -209,3 +229,29 @@ def test_views_with_negative_strides_and_relaxed_out_strides_are_accepted():
     source = rng.integers(0, 256, (5, 4), dtype=np.uint8)
     gray.run(source, out=out)
     np.testing.assert_array_equal(out[0], source)
+
+
+@pytest.mark.parametrize("out_dtype", [np.float32, np.float64])
+def test_normalize_is_torchvision_to_the_bit(out_dtype):
+    """Issue 24 point 3.3: the native normalisation (p / 255 - mean) / std, per channel, gives the very values of
+    torchvision's ToTensor + Normalize (float32: x.div(255), then sub(mean).div(std)); IEEE divisions, no reciprocal,
+    so the baseline and AVX2 kernels agree too (fuzz/image_pixels_fuzz.cpp compares their bytes)."""
+    rng = np.random.default_rng(8)
+    image = rng.integers(0, 256, (31, 45, 3), dtype=np.uint8)
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    out = np.empty((3, 31, 45), out_dtype)
+    _native.image_pixels(image, False, [(NORMALIZE, 255.0, *mean, *std)], out, True, False)
+    work = np.dtype(out_dtype).type
+    chw = image.transpose(2, 0, 1).astype(work)
+    expected = (chw / work(255) - np.array(mean, work)[:, None, None]) / np.array(std, work)[:, None, None]
+    np.testing.assert_array_equal(out, expected)
+    torch = pytest.importorskip("torch")
+    dtype = torch.float32 if out_dtype == np.float32 else torch.float64
+    tensor = torch.from_numpy(image).permute(2, 0, 1).contiguous().to(dtype).div(255)  # ToTensor
+    per_channel = [torch.tensor(values, dtype=dtype).view(-1, 1, 1) for values in (mean, std)]
+    tensor = tensor.sub(per_channel[0]).div(per_channel[1])  # Normalize
+    np.testing.assert_array_equal(out, tensor.numpy())
+    unit = np.empty((31, 45, 3), np.float32)
+    _native.image_pixels(image, False, [(NORMALIZE, 255.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0)], unit, False, False)
+    np.testing.assert_array_equal(unit, image.astype(np.float32) / np.float32(255))  # scale to [0, 1]
+    assert unit.min() >= 0 and unit.max() <= 1

@@ -40,13 +40,13 @@ def image_map(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(folder / "map.txt")
 
 
-def make_source(map_file: str, *transforms: Any, sharded: bool = False) -> MinibatchSource:
+def make_source(map_file: str, *transforms: Any, sharded: bool = False, **options: Any) -> MinibatchSource:
     streams = StreamDefs(features=StreamDef(field="image", transforms=list(transforms) or [T.scale(8, 8, 3)]),
                          labels=StreamDef(field="label", shape=CLASSES))  # fmt: skip
     if sharded:  # (a corpus of Base64 image files: one file here)
         images: Any = Base64ImageDeserializer.sharded([str(Path(map_file).with_name("images.b64"))], streams)
     else:
-        images = ImageDeserializer(map_file, streams)
+        images = ImageDeserializer(map_file, streams, **options)
     return MinibatchSource(images, max_sweeps=1, randomization_seed=1)
 
 
@@ -100,3 +100,19 @@ def test_padding_batches_of_an_image_source_have_class_ids(image_map: str) -> No
             assert batch["labels"].dtype == torch.int64 and batch["labels"].dim() == 1
             shapes.add((batch.weight, tuple(batch["labels"].shape)))
     assert (0.0, (0,)) in shapes
+
+
+def test_normalised_images_are_torchvisions_tensors(image_map: str) -> None:
+    """T.normalize in the pipeline (native, in the per-pixel pass) gives the float32 CHW RGB tensors of torchvision's
+    ToTensor + Normalize over the decoded images, to the bit."""
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    make = functools.partial(make_source, image_map, T.normalize(mean, std), channel_order="rgb")
+    seen = 0
+    for batch in MinibatchDataset(make, 5):
+        for (_, key), image in zip(batch.keys, batch["features"], strict=True):
+            decoded = cv2.imread(str(Path(image_map).with_name(f"img{key}.png")))[:, :, ::-1]  # RGB
+            tensor = torch.from_numpy(decoded.copy()).permute(2, 0, 1).contiguous().float().div(255)  # ToTensor
+            tensor = tensor.sub(torch.tensor(mean).view(-1, 1, 1)).div(torch.tensor(std).view(-1, 1, 1))  # Normalize
+            assert torch.equal(image, tensor)
+            seen += 1
+    assert seen == COUNT

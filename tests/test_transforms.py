@@ -754,3 +754,80 @@ def test_intermediate_buffers_are_not_shared_between_steps_or_results():
     big = random_image(1100, 1000)  # above the scratch limit: allocated per image
     output = ImagePipeline([T.crop("multiview10", crop_size=(1000, 1100))]).run(big, None, 5)
     np.testing.assert_array_equal(output, chw(big[:, ::-1]))
+
+
+# --- normalize (issue 24 point 3.3) ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"std": 0}, "std"),
+        ({"std": (1.0, -1.0, 1.0)}, "std"),
+        ({"std": 1e-40}, "std"),
+        ({"mean": (0.1, 0.2)}, "1 or 3"),
+        ({"mean": float("nan")}, "mean"),
+        ({"mean": "0.5"}, "mean"),
+        ({"mean": 1e40}, "mean"),
+        ({"mean": (0.1, 0.2, 0.3), "std": (1.0,) * 3 + (1.0,)}, "std"),
+        ({"max_value": 0}, "max_value"),
+        ({"max_value": True}, "max_value"),
+    ],
+)
+def test_normalize_validation(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        T.normalize(**kwargs)
+
+
+def test_normalize_in_a_pipeline_is_checked():
+    with pytest.raises(ConfigError, match="uint8"):
+        ImagePipeline([T.normalize()], dtype=np.uint8)
+    with pytest.raises(ConfigError, match="after normalize"):
+        ImagePipeline([T.normalize(), T.color(0.1)])
+    with pytest.raises(ConfigError, match="after normalize"):
+        ImagePipeline([T.normalize(), T.mean("")])
+    with pytest.raises(ConfigError, match="3 channels"):
+        ImagePipeline([T.normalize((0.1, 0.2, 0.3))], grayscale=True)
+    ImagePipeline([T.color(0.1), T.normalize(), T.scale(4, 4, 3)])  # resampling after it is fine
+
+
+def test_normalize_scales_and_standardises_per_output_channel():
+    image = random_image(9, 11)
+    scaled = ImagePipeline([T.normalize()]).run(image)
+    np.testing.assert_array_equal(scaled, chw(image) / np.float32(255))
+    mean, std = (0.1, 0.5, 0.9), (0.5, 1.0, 2.0)
+    f32 = np.float32
+    for order, channels in (("rgb", image[:, :, ::-1]), ("bgr", image)):  # mean[c] and std[c]: output channel c
+        got = ImagePipeline([T.normalize(mean, std)], channel_order=order).run(image)
+        expected = (chw(channels) / f32(255) - np.array(mean, f32)[:, None, None]) / np.array(std, f32)[:, None, None]
+        np.testing.assert_array_equal(got, expected)
+        hwc = ImagePipeline([T.normalize(mean, std)], channel_order=order, layout="hwc").run(image)
+        np.testing.assert_array_equal(hwc, expected.transpose(1, 2, 0))
+    caffe = ImagePipeline([T.normalize((104.0, 117.0, 123.0), max_value=1)], dtype=np.float64).run(image)
+    np.testing.assert_array_equal(caffe, chw(image, np.float64) - np.array([104.0, 117.0, 123.0])[:, None, None])
+    gray = random_image(6, 5, channels=1)
+    out = ImagePipeline([T.normalize(0.5, 0.25)], grayscale=True).run(gray)
+    np.testing.assert_array_equal(out, (chw(gray) / f32(255) - f32(0.5)) / f32(0.25))
+
+
+def test_normalize_composes_with_the_other_transforms():
+    """After a mean (its 0..255 values) and before a scale (which resamples the normalised floats)."""
+    image = random_image(16, 20)
+    mean_image = np.full((16, 20, 3), 100, np.float32)
+    got = ImagePipeline([T.Mean("", mean_image), T.normalize(0.0, 0.5), T.scale(10, 8, 3)], layout="hwc").run(image)
+    normalised = ((image.astype(np.float32) - mean_image) / np.float32(255)) / np.float32(0.5)
+    np.testing.assert_allclose(got, cv2.resize(normalised, (10, 8)), rtol=1e-5, atol=1e-6)
+    random = ImagePipeline([T.crop("randomside", side_ratio=0.5), T.normalize()])
+    cropped = ImagePipeline([T.crop("randomside", side_ratio=0.5)]).run(image, draws(3))  # (the same draws)
+    np.testing.assert_array_equal(random.run(image, draws(3)), cropped / np.float32(255))
+
+
+def test_normalize_pickles_and_is_public():
+    transform = T.normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+    assert transform.mean == (0.485, 0.456, 0.406) and not transform.is_random
+    copy = pickle.loads(pickle.dumps(transform))
+    assert copy == transform and hash(copy) == hash(transform)
+    assert "normalize" in T.__all__ and "Normalize" in T.__all__
+    from cntkio.io import transforms as io_transforms
+
+    assert io_transforms.normalize is T.normalize

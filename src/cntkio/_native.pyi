@@ -391,12 +391,13 @@ def base64_decode_batch(fd: int, offsets: I64Array, lengths: I64Array) -> tuple[
 
 # ---------------------------------- the per-pixel tail of the image pipeline (src/native/image_pixels_bindings.cpp)
 # (1, alpha, brightness) | (2, saturation factor) | (3, mean image: float32, or float64 for float64 output)
-# | (4, shift0, shift1, shift2)
+# | (4, shift0, shift1, shift2) | (5, divisor, mean0, mean1, mean2, std0, std1, std2): (p / divisor - mean) / std
 PixelOp = (
     tuple[int, float, float]
     | tuple[int, float]
     | tuple[int, npt.NDArray[np.float32 | np.float64]]
     | tuple[int, float, float, float]
+    | tuple[int, float, float, float, float, float, float, float]
 )
 PixelArray = npt.NDArray[np.uint8 | np.float32 | np.float64]
 

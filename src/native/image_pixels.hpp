@@ -1,7 +1,8 @@
 // The per-pixel tail of the image transform pipeline (spec/image.md §4.3-§4.5 and the output layout): colour
-// (brightness, contrast, saturation), mean subtraction and PCA intensity noise, then the cast and the CHW/HWC,
-// BGR/RGB layout, in one pass over the rows of an image. Pure C++ (no Python): bound in image_pixels_bindings.cpp,
-// driven by cntkio/formats/image_pipeline.py, which draws the random parameters and does the resampling (OpenCV).
+// (brightness, contrast, saturation), mean subtraction, PCA intensity noise and normalisation (cntkio's
+// `transforms.normalize`), then the cast and the CHW/HWC, BGR/RGB layout, in one pass over the rows of an image.
+// Pure C++ (no Python): bound in image_pixels_bindings.cpp, driven by cntkio/formats/image_pipeline.py, which draws
+// the random parameters and does the resampling (OpenCV).
 //
 // The source is a strided HWC view (a crop of a decoded image: uint8, float32 or float64, 1 or 3 channels), read
 // mirrored left-right when `flip`. Each row is loaded into one plane per channel of the working type (float, or
@@ -28,6 +29,8 @@ struct PixelOp {
     kSaturation = 2,          // HSV saturation times `factor` (3 channels only; ignored otherwise)
     kSubtractMean = 3,        // p -= mean[row][col][channel] (`mean`: height x width x channels of the working type)
     kShiftClamp = 4,          // p = clamp(p + shift[channel], 0, 255) (channel in memory order)
+    kNormalize = 5,           // p = (p / divisor - offset[channel]) / deviation[channel] (channel in memory order;
+                              // IEEE divisions, no reciprocals: torchvision's ToTensor + Normalize to the bit)
   };
   Kind kind = kBrightnessContrast;
   double alpha = 1.0;
@@ -35,6 +38,9 @@ struct PixelOp {
   double factor = 1.0;
   double shift[3] = {0.0, 0.0, 0.0};
   const void* mean = nullptr;
+  double divisor = 1.0;                  // kNormalize (> 0; 1 skips the division, which would change nothing)
+  double offset[3] = {0.0, 0.0, 0.0};    // kNormalize
+  double deviation[3] = {1.0, 1.0, 1.0};  // kNormalize (> 0)
 };
 
 // A strided height x width x channels view; strides in bytes (non-negative).

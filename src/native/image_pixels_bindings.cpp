@@ -4,6 +4,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -43,7 +44,14 @@ bool c_contiguous(const A& a) {
 
 int64_t itemsize(PixelType type) { return type == PixelType::kUInt8 ? 1 : type == PixelType::kFloat32 ? 4 : 8; }
 
+// A parameter the kernel divides by: > 0 and finite in the float working type too (no division by zero or infinity).
+bool positive_float(double value) {
+  const float narrow = static_cast<float>(value);
+  return value > 0.0 && narrow > 0.0f && std::isfinite(narrow);
+}
+
 // (1, alpha, brightness) | (2, factor) | (3, mean array) | (4, shift0, shift1, shift2)
+// | (5, divisor, offset0, offset1, offset2, deviation0, deviation1, deviation2)
 PixelOp parse_op(nb::handle item, PixelType work, int64_t height, int64_t width, int64_t channels,
                  std::vector<AnyArray>& keep) {
   nb::tuple t = nb::cast<nb::tuple>(item);
@@ -87,6 +95,20 @@ PixelOp parse_op(nb::handle item, PixelType work, int64_t height, int64_t width,
       need(4);
       op.kind = PixelOp::kShiftClamp;
       for (int c = 0; c < 3; ++c) op.shift[c] = nb::cast<double>(t[1 + c]);
+      break;
+    case PixelOp::kNormalize:
+      need(8);
+      op.kind = PixelOp::kNormalize;
+      op.divisor = nb::cast<double>(t[1]);
+      if (!positive_float(op.divisor)) throw nb::value_error("normalize divisor must be > 0 (and finite as float)");
+      for (int c = 0; c < 3; ++c) {
+        op.offset[c] = nb::cast<double>(t[2 + c]);
+        op.deviation[c] = nb::cast<double>(t[5 + c]);
+        if (!std::isfinite(static_cast<float>(op.offset[c]))) {
+          throw nb::value_error("normalize mean must be finite (as float)");
+        }
+        if (!positive_float(op.deviation[c])) throw nb::value_error("normalize std must be > 0 (and finite as float)");
+      }
       break;
     default:
       throw nb::value_error("unknown pixel operation");

@@ -39,6 +39,7 @@ from cntkio._src.formats.image_transforms import (
     ImageTransform,
     Intensity,
     Mean,
+    Normalize,
     Scale,
     require_cv2,
 )
@@ -54,12 +55,12 @@ _SCRATCH_LIMIT = 1 << 23  # bytes: larger intermediate images are allocated afre
 
 # Generator stream ids: a transform's generator is keyed by (seed, kind id, occurrence of that kind), so adding a
 # deterministic or a different transform elsewhere in the list does not change the draws of a crop.
-_KIND_IDS = {"crop": 1, "scale": 2, "mean": 3, "color": 4, "intensity": 5}
+_KIND_IDS = {"crop": 1, "scale": 2, "mean": 3, "color": 4, "intensity": 5, "normalize": 6}
 
 _OUTPUT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.uint8))
 
 # Per-pixel operations of cntkio._native.image_pixels (src/native/image_pixels.hpp, PixelOp::Kind).
-_BRIGHTNESS_CONTRAST, _SATURATION, _SUBTRACT_MEAN, _SHIFT_CLAMP = 1, 2, 3, 4
+_BRIGHTNESS_CONTRAST, _SATURATION, _SUBTRACT_MEAN, _SHIFT_CLAMP, _NORMALIZE = 1, 2, 3, 4, 5
 
 
 def key_hash(key: object) -> int:
@@ -258,6 +259,7 @@ class ImagePipeline:
                     f"({self.channels} channel{'s' if self.channels > 1 else ''}, grayscale={bool(grayscale)}); "
                     f"Scale does not convert colour"
                 )
+        _check_normalize(transforms, self.channels, output_dtype)
         self.transforms = transforms
         self.grayscale = bool(grayscale)
         self.layout = layout
@@ -385,6 +387,8 @@ class ImagePipeline:
                 ops += self._color(img, transform, rng)
             elif isinstance(transform, Intensity):
                 ops += self._intensity(img, transform, rng)
+            elif isinstance(transform, Normalize):
+                ops.append(self._normalize(img, transform))
         return self._finish(img, flip, ops, out)
 
     # Intermediate images go to per-thread buffers, one set per pipeline and transform, reused from image to image
@@ -515,6 +519,14 @@ class ImagePipeline:
             return [(_SHIFT_CLAMP, float(shift[0]), 0.0, 0.0)]
         return [(_SHIFT_CLAMP, float(shift[2]), float(shift[1]), float(shift[0]))]
 
+    def _normalize(self, img: np.ndarray, transform: Normalize) -> tuple[Any, ...]:
+        """The native normalisation: the parameters (in output channel order) moved to the channels' memory order."""
+        channels = 1 if img.ndim == 2 else img.shape[2]
+        mean, std = transform.parameters(channels)
+        if channels == 3 and self.channel_order == "rgb":  # memory holds BGR; output channel c is memory 2 - c
+            mean, std = mean[::-1], std[::-1]
+        return (_NORMALIZE, transform.max_value, *(*mean, 0.0, 0.0)[:3], *(*std, 1.0, 1.0)[:3])
+
     def _finish(self, img: np.ndarray, flip: bool, ops: list[tuple[Any, ...]], out: np.ndarray | None) -> np.ndarray:
         """Mirrors ``img`` when ``flip``, applies ``ops``, lays the result out (CHW/HWC, BGR/RGB) and casts it into
         ``out`` (or a new array), in one native pass."""
@@ -533,6 +545,23 @@ class ImagePipeline:
         if target is not out:
             np.copyto(out, target)
         return out
+
+
+def _check_normalize(transforms: Sequence[ImageTransform], channels: int, dtype: np.dtype[Any]) -> None:
+    """A ``normalize`` fits: a float output, its channels, and no transform after it that works on 0..255 values."""
+    seen: Normalize | None = None
+    for transform in transforms:
+        if isinstance(transform, Normalize):
+            if dtype == np.uint8:
+                raise ConfigError("normalize gives values outside 0..255: it needs dtype float32 or float64, not uint8")
+            if transform.channels > channels:
+                raise ConfigError(f"normalize names {transform.channels} channels; the images have {channels}")
+            seen = transform
+        elif seen is not None and isinstance(transform, (Mean, Color, Intensity)):
+            raise ConfigError(
+                f"{transform.kind} comes after normalize, but works on 0..255 pixel values (its clamps and means): put "
+                "normalize after it"
+            )
 
 
 def _hwc(img: np.ndarray) -> np.ndarray:

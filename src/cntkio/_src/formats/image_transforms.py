@@ -7,7 +7,8 @@ Each function returns a frozen, picklable transform object holding validated par
 Random transforms take a keyword-only ``seed`` (CNTK's per-transform ``seed`` key). Their random numbers come from a
 generator derived from that seed and the :class:`~cntkio._src.formats.image_pipeline.RandomDraws` of the image (the
 deserializer's seed, the sweep, the sequence key and the view), never from global state: the same image in the same
-sweep is always augmented the same way, on any thread or process.
+sweep is always augmented the same way, on any thread or process. :func:`normalize` is cntkio's own (CNTK had only
+``mean``): scaling to [0, 1] and/or standardising per channel, as PyTorch models expect.
 
 OpenCV (``cv2``) is an optional dependency (``pip install cntkio[image]``); it is only needed to read the ``mean`` and
 ``intensity`` files here and to run a pipeline.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import math
 import operator
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -31,11 +33,13 @@ __all__ = [
     "ImageTransform",
     "Intensity",
     "Mean",
+    "Normalize",
     "Scale",
     "color",
     "crop",
     "intensity",
     "mean",
+    "normalize",
     "scale",
 ]
 
@@ -404,6 +408,60 @@ class Intensity(ImageTransform):
         return self.intensity_stddev > 0 and self.eigval is not None
 
 
+@dataclass(frozen=True)
+class Normalize(ImageTransform):
+    """Normalisation (cntkio's, not CNTK's): ``(p / max_value - mean[c]) / std[c]`` for every pixel ``p`` of channel
+    ``c``. ``mean`` and ``std`` are 3-tuples in the order of the output channels (``channel_order``), or 1-tuples
+    (grayscale, or the same for every channel); ``max_value`` > 0. Applied in the native per-pixel pass."""
+
+    mean: float | tuple[float, ...] = 0.0
+    std: float | tuple[float, ...] = 1.0
+    max_value: float = 255.0
+
+    kind: ClassVar[str] = "normalize"
+
+    def __post_init__(self) -> None:
+        mean = _per_channel("normalize mean", self.mean)
+        std = _per_channel("normalize std", self.std)
+        if not all(value >= _SMALLEST_DIVISOR for value in std):
+            raise ConfigError(f"normalize std must be > 0 (at least {_SMALLEST_DIVISOR:g}), got {self.std!r}")
+        if len(mean) != len(std) and 1 not in (len(mean), len(std)):
+            raise ConfigError(f"normalize mean {self.mean!r} and std {self.std!r} give different channel counts")
+        max_value = _real("normalize max_value", self.max_value)
+        if not max_value >= _SMALLEST_DIVISOR:
+            raise ConfigError(
+                f"normalize max_value must be > 0 (at least {_SMALLEST_DIVISOR:g}), got {self.max_value!r}"
+            )
+        _set(self, "mean", mean)
+        _set(self, "std", std)
+        _set(self, "max_value", max_value)
+
+    @property
+    def channels(self) -> int:
+        """The channels the parameters name: 3, or 1 (the same for every channel)."""
+        return max(len(self.mean), len(self.std))  # type: ignore[arg-type]
+
+    def parameters(self, channels: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """``(mean, std)`` for each of ``channels`` output channels."""
+        mean: tuple[float, ...] = self.mean  # type: ignore[assignment]
+        std: tuple[float, ...] = self.std  # type: ignore[assignment]
+        return (mean * channels if len(mean) == 1 else mean), (std * channels if len(std) == 1 else std)
+
+
+_SMALLEST_DIVISOR = 1e-30  # (a float32 the kernel divides by: not 0 once narrowed)
+
+
+def _per_channel(name: str, value: object) -> tuple[float, ...]:
+    """A number, or a sequence of 1 or 3 numbers, as a tuple of finite floats."""
+    values = list(value) if isinstance(value, (tuple, list, np.ndarray)) else [value]
+    if len(values) not in (1, 3):
+        raise ConfigError(f"{name} must be a number or a sequence of 1 or 3 numbers (one per channel), got {value!r}")
+    numbers = tuple(_real(name, item) for item in values)
+    if any(abs(number) > 1e30 for number in numbers):
+        raise ConfigError(f"{name} values must be at most 1e30 in magnitude, got {value!r}")
+    return numbers
+
+
 # --- the cntk.io.transforms functions -------------------------------------------------------------------------------
 
 
@@ -479,3 +537,26 @@ def intensity(intensity_stddev: float = 0.0, intensity_file: str | None = None, 
         seed: this transform's seed.
     """
     return Intensity(intensity_stddev, intensity_file, seed)
+
+
+def normalize(
+    mean: float | Sequence[float] = 0.0, std: float | Sequence[float] = 1.0, *, max_value: float = 255.0
+) -> Normalize:
+    """Normalisation of the pixel values (cntkio's; CNTK had only ``mean``): every pixel ``p`` of output channel ``c``
+    becomes ``(p / max_value - mean[c]) / std[c]``, in the native per-pixel pass.
+
+    ``normalize()`` scales 0..255 to [0, 1] (torchvision's ``ToTensor``); ``normalize(mean, std)`` then standardises
+    as torchvision's ``Normalize`` does, with the mean and std of [0, 1] pixels — the same float32 values, e.g.
+    ``normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))`` with ``channel_order="rgb"`` for ImageNet models.
+    ``max_value=1`` standardises 0..255 values directly (Caffe-style means such as ``(123.68, 116.78, 103.94)``).
+    It comes after the colour, mean and intensity transforms (which work on 0..255 values) and needs a float output
+    ``dtype``.
+
+    Args:
+        mean, std: a number (every channel) or one per output channel, in the output's order (``channel_order``);
+            ``std`` > 0.
+        max_value: what pixels are divided by first (> 0; 1 divides by nothing).
+    """
+    return Normalize(
+        tuple(mean) if isinstance(mean, Sequence) else mean, tuple(std) if isinstance(std, Sequence) else std, max_value
+    )
