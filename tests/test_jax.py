@@ -216,3 +216,15 @@ def test_every_stream_has_a_mask_of_its_own_shape(data: str, rule: str | None) -
             np.testing.assert_array_equal(batch["mask"]["words"].any(1), batch["mask"]["intent"])
             seen_padding |= real == 0
     assert seen_padding == (rule == "pad")
+
+
+def test_set_epoch_under_equal_steps_and_on_an_endless_source(data: str) -> None:
+    """set_epoch plans the chosen epoch under equal steps too; an endless source has no epochs to pick."""
+    reference = single(data, partition=(2, 1), equal_steps="pad")
+    passes = [_keys_per_batch(reference, 10**6) for _ in range(3)]
+    chosen = single(data, partition=(2, 1), equal_steps="pad")
+    chosen.set_epoch(2)
+    assert _keys_per_batch(chosen, 10**6) == passes[2]
+    endless = JaxIterator(functools.partial(worker.make_source, data, max_sweeps=None), 64, partition=(1, 0))
+    with pytest.raises(ValueError, match="no epochs"):
+        endless.set_epoch(1)
