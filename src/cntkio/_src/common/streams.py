@@ -71,7 +71,17 @@ class StreamDef:
 
 @dataclass(frozen=True, eq=False)
 class StreamInformation:
-    """Description of one output stream (hashable by identity, usable as a minibatch dict key)."""
+    """Description of one output stream (hashable by identity, usable as a minibatch dict key).
+
+    ``StreamInformation(name, stream_id, storage_format, dtype, shape, defines_mb_size=False)``, as ``cntk.io``'s:
+    ``dtype`` may be a NumPy type (``np.float32``), ``shape`` an integer. ``shape`` is how the stream is stored;
+    ``sample_shape`` is the shape as declared, which minibatches present (``MinibatchData.shape``, ``Value.shape``,
+    ``asarray()``). They differ only for a sparse stream declared with leading axes of 1, as CNTK's tests declare
+    them (``StreamInformation('y', 1, 'sparse', np.float32, (1, 3))``): it is stored as a ``(3,)`` stream (its data
+    a CSR matrix of 3 columns, a row per sample) and presented as ``(1, 3)``. CNTK's attribute names are kept
+    (``sample_shape``, ``m_name``, ``m_id``, ``m_storage_format``, ``m_element_type``, ``m_sample_layout`` (the
+    declared shape reversed, CNTK's column-major ``NDShape``), ``m_defines_mb_size``, ``m_is_binary``).
+    """
 
     name: str
     stream_id: int
@@ -80,6 +90,8 @@ class StreamInformation:
     shape: tuple[int, ...]
     defines_mb_size: bool = False
     alias: str = field(default="", compare=False)
+    #: The declared shape (CNTK's ``sample_shape``); filled in from ``shape`` when not given (see the class doc).
+    sample_shape: tuple[int, ...] = field(default=(), compare=False)
 
     @property
     def is_sparse(self) -> bool:
@@ -103,20 +115,50 @@ class StreamInformation:
 
     @property
     def m_sample_layout(self) -> tuple[int, ...]:
-        return tuple(reversed(self.shape))
+        return tuple(reversed(self.sample_shape))
 
     @property
-    def m_definesMbSize(self) -> bool:
+    def m_defines_mb_size(self) -> bool:
         return self.defines_mb_size
 
+    @property
+    def m_definesMbSize(self) -> bool:  # (the C++ spelling)
+        return self.defines_mb_size
+
+    @property
+    def m_is_binary(self) -> bool:
+        """CNTK's opaque binary streams (lattices) do not exist here: always False."""
+        return False
+
     def __post_init__(self) -> None:
-        """Accepts what ``cntk.io`` code passes: a NumPy type for ``dtype`` and an integer ``shape``."""
+        """Accepts what ``cntk.io`` code passes: a NumPy type for ``dtype`` and an integer ``shape``; a sparse shape
+        with leading axes of 1 is stored as its last axis (see the class doc)."""
         object.__setattr__(self, "dtype", np.dtype(self.dtype))
-        shape = (self.shape,) if isinstance(self.shape, (int, np.integer)) else self.shape
-        object.__setattr__(self, "shape", tuple(int(d) for d in shape))
+        shape = _int_tuple(self.shape)
+        declared = _int_tuple(self.sample_shape) if self.sample_shape else shape
+        if self.is_sparse and len(shape) > 1 and all(d == 1 for d in shape[:-1]):
+            shape = shape[-1:]
+        if declared != shape and not (self.is_sparse and _leading_ones(declared, shape)):
+            declared = shape  # (a shape replaced after the declaration: the declaration no longer applies)
+        object.__setattr__(self, "shape", shape)
+        object.__setattr__(self, "sample_shape", declared)
 
     def __repr__(self) -> str:
-        return f"StreamInformation({self.name!r}, {self.storage_format}, shape={self.shape}, dtype={self.dtype})"
+        declared = f", sample_shape={self.sample_shape}" if self.sample_shape != self.shape else ""
+        return (
+            f"StreamInformation({self.name!r}, {self.storage_format}, shape={self.shape}{declared}, dtype={self.dtype})"
+        )
+
+
+def _int_tuple(shape: Any) -> tuple[int, ...]:
+    """An integer or a sequence of them as a tuple of ints (values are checked where a format takes the stream)."""
+    return (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(d) for d in shape)
+
+
+def _leading_ones(declared: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    """``declared`` is ``shape`` with leading axes of 1 (how a sparse ``(dim,)`` stream may be declared)."""
+    extra = len(declared) - len(shape)
+    return extra > 0 and declared[extra:] == shape and all(d == 1 for d in declared[:extra])
 
 
 @dataclass(frozen=True)
