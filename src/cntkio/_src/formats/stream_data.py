@@ -174,9 +174,10 @@ def convert(data: Any, info: StreamInformation, casting: str, where: Where) -> t
 
     Sample mode: an ndarray ``(num_sequences, *shape)`` or a CSR matrix ``(num_sequences, dim)``, one sample per
     sequence. Sequence mode: a list (or tuple) with one ndarray ``(length, *shape)`` or CSR ``(length, dim)`` per
-    sequence (vectorised except for one look at each list element), or, with no Python per sequence, cntkio's
-    flat form: a ``DenseStream(values, seq_offsets)`` or ``SparseStream``. Values are cast to the stream's dtype
-    when the ``casting`` rule allows it.
+    sequence (vectorised except for one look at each list element; an ndarray of ``shape`` itself is a sequence of
+    one sample, as CNTK read it), or, with no Python per sequence, cntkio's flat form: a
+    ``DenseStream(values, seq_offsets)`` or ``SparseStream``. Values are cast to the stream's dtype when the
+    ``casting`` rule allows it.
     """
     shape = info.shape
     if isinstance(data, (list, tuple)):
@@ -293,6 +294,8 @@ def _convert_sequences(
         if not isinstance(item, np.ndarray):
             kind = "the stream is dense, give NumPy arrays" if issparse(item) else "expected a NumPy array"
             raise where.error(f"sequence {number}: {kind} (got {describe(item)})")
+        if item.shape == shape:  # one sample without the length axis: a sequence of one sample (as CNTK read it)
+            items[number] = item = item[np.newaxis]
         if item.ndim != len(shape) + 1 or item.shape[1:] != shape:
             raise where.error(
                 f"sequence {number}: expected an array (length, {', '.join(map(str, shape))}), got shape {item.shape}"

@@ -12,8 +12,10 @@ from __future__ import annotations
 import abc
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+import threading
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
@@ -36,8 +38,22 @@ class UserDeserializer(abc.ABC):
     ``(num_sequences, dim)`` (row i = sequence i, of one sample); in *sequence mode* a list with one array
     ``(length, *shape)`` or CSR matrix ``(length, dim)`` per sequence; or cntkio's flat form, a
     :class:`~cntkio.DenseStream`/:class:`~cntkio.SparseStream` (every sample back to back, no Python per sequence).
-    Every stream of a chunk has the same number of sequences. ``get_chunk`` must be stateless: the same chunk id
-    always gives the same data, from any thread.
+    Every stream of a chunk has the same number of sequences; in sequence mode an array of the sample shape itself
+    is a sequence of one sample (as CNTK read it). A sparse stream declared ``(1, dim)`` (as CNTK's tests declare
+    them) is a ``(dim,)`` stream, its data CSR matrices ``dim`` wide; minibatches give the declared shape back
+    (:attr:`~cntkio.StreamInformation.sample_shape`). ``get_chunk`` must be stateless: the same chunk id always
+    gives the same data.
+
+    *Threads.* The reader loads chunks on background threads, but, as CNTK promised (``get_chunk`` runs on its
+    prefetch thread), a plug-in's methods are called one at a time: every call into one plug-in object
+    (``get_chunk``, ``get_chunk_of_sweep``, ``stream_infos``, ``num_chunks``, ``chunk_index``, ``chunk_keys``,
+    ``identity``, ``close``) holds a lock of that object, whichever sources and threads read it. So CNTK-era code
+    that seeds the global ``random`` module in ``get_chunk`` (``random.seed(chunk_id)``), or shares a file handle
+    or a pandas object between calls, reads correctly. Calls into *different* plug-in objects may still overlap,
+    so plug-ins that share global state with each other (two objects both seeding ``random``) should draw from
+    their own generator (``random.Random(chunk_id)``, ``np.random.default_rng(chunk_id)``). A plug-in whose
+    methods may run concurrently sets ``thread_safe = True`` on its class: its calls then overlap (several chunks
+    parse at once, which pays when ``get_chunk`` releases the GIL: I/O, NumPy, native decoders).
 
     Your methods are never replaced: ``get_chunk`` returns what you wrote wherever it is called. A
     ``MinibatchSource`` reads the plug-in through :meth:`as_deserializer`, an adapter that meets the
@@ -90,6 +106,9 @@ class UserDeserializer(abc.ABC):
 
     #: NumPy casting rule for values whose dtype is not the stream's: "no", "safe" (lossless only) or "same_kind".
     casting: ClassVar[str] = "safe"
+    #: False (the default, CNTK's promise): the plug-in's methods are called one at a time (see *Threads*); True:
+    #: they may be called from several threads at once.
+    thread_safe: ClassVar[bool] = False
     #: As :class:`~cntkio.Deserializer`'s.
     duplicate_key_copy: ClassVar[str] = "first"
     broadcast: ClassVar[bool] = False
@@ -132,20 +151,59 @@ class UserDeserializer(abc.ABC):
         return UserDeserializerAdapter(self)
 
 
+_T = TypeVar("_T")
+_LOCKS: weakref.WeakKeyDictionary[Any, threading.RLock] = weakref.WeakKeyDictionary()  # plug-in -> its lock
+_LOCKS_GUARD = threading.Lock()
+
+
+def plugin_lock(user: Any) -> threading.RLock:
+    """The lock serialising the calls into one plug-in object (shared by every adapter of it; a plug-in that cannot
+    be weakly referenced or hashed gets a lock of its own adapter)."""
+    with _LOCKS_GUARD:
+        try:
+            lock = _LOCKS.get(user)
+            if lock is None:
+                lock = _LOCKS[user] = threading.RLock()
+        except TypeError:
+            lock = threading.RLock()
+        return lock
+
+
 class UserDeserializerAdapter(Deserializer):
     """A :class:`UserDeserializer` as a :class:`~cntkio.Deserializer`: its streams normalised and checked, its index
     (built once: :meth:`UserDeserializer.chunk_index`, else a pass over the chunks), and each chunk converted,
-    checked and compared with the index and with earlier calls. The plug-in is ``user``; it is never changed."""
+    checked and compared with the index and with earlier calls. The plug-in is ``user``; it is never changed.
+    Every call into it goes through :meth:`_call`: one at a time unless the plug-in is ``thread_safe``."""
 
     def __init__(self, user: UserDeserializer):
         self.user = user
         self.casting = str(user.casting)
+        self._lock: threading.RLock | None = None if bool(user.thread_safe) else plugin_lock(user)
+        self._index_lock = threading.RLock()  # the index is built once
         self._infos: list[StreamInformation] | None = None
         self._index: SequenceIndex | None = None
         self._indexing = False
         self._counts: dict[int, int] = {}  # while indexing: sequences of the chunks scanned
         self._prefix = [0]  # while indexing: first sequence of chunks 0, 1, ...
         self._signatures: np.ndarray | None = None  # per chunk and stream: samples and stored values (-1: not read)
+
+    def _call(self, method: Callable[..., _T], *args: Any) -> _T:
+        """A call into the plug-in, holding its lock unless it is ``thread_safe``."""
+        if self._lock is None:
+            return method(*args)
+        with self._lock:
+            return method(*args)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (DataLoader workers) without its locks; the copy takes its plug-in copy's lock."""
+        state = dict(self.__dict__)
+        del state["_lock"], state["_index_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = None if bool(self.user.thread_safe) else plugin_lock(self.user)
+        self._index_lock = threading.RLock()
 
     # --- what the plug-in says of itself ------------------------------------------------------------------------
     @property
@@ -174,31 +232,31 @@ class UserDeserializerAdapter(Deserializer):
         kind = cls.__name__ if cls.__module__.startswith("cntkio.") else f"{cls.__module__}.{cls.__qualname__}"
         identity = {"kind": kind, "index": index_identity(self)}
         extra = getattr(self.user, "identity", None)
-        return {**identity, **extra()} if callable(extra) else identity
+        return {**identity, **self._call(extra)} if callable(extra) else identity
 
     def close(self) -> None:
         close = getattr(self.user, "close", None)
         if callable(close):
-            close()
+            self._call(close)
 
     # --- the protocol -------------------------------------------------------------------------------------------
     def stream_infos(self) -> list[StreamInformation]:
         if self._infos is None:
-            self._infos = _normalise_infos(self.user.stream_infos(), self.source_name)
+            self._infos = _normalise_infos(self._call(self.user.stream_infos), self.source_name)
         return list(self._infos)
 
     def num_chunks(self) -> int:
-        chunks = self.user.num_chunks()
+        chunks = self._call(self.user.num_chunks)
         if isinstance(chunks, bool) or not isinstance(chunks, (int, np.integer)) or chunks < 1:
             raise ConfigError(f"{self.source_name}: num_chunks() must be an integer > 0, got {chunks!r}")
         return int(chunks)
 
     def chunk_index(self, chunk_id: int) -> ChunkIndex:
-        given = self.user.chunk_index(chunk_id)
+        given = self._call(self.user.chunk_index, chunk_id)
         if given is not None:
             return given
         lengths = self._scan(chunk_id)
-        keys = self.user.chunk_keys(chunk_id)
+        keys = self._call(self.user.chunk_keys, chunk_id)
         if keys is None:
             first = self._first_sequence(chunk_id)
             keys = np.arange(first, first + len(lengths), dtype=np.int64)
@@ -212,32 +270,33 @@ class UserDeserializerAdapter(Deserializer):
 
     def sequence_index(self) -> SequenceIndex:
         """The index (built once, see :class:`UserDeserializer`)."""
-        if self._index is not None:
-            return self._index
-        self.num_chunks()  # (checked before anything is read)
-        self._indexing = True
-        try:
-            index = SequenceIndex.from_chunks([self.chunk_index(c) for c in range(self.num_chunks())], self.source_name)
-        finally:
-            self._indexing = False
-            self._counts, self._prefix = {}, [0]
-        self._index = index
-        return index
+        with self._index_lock:
+            if self._index is not None:
+                return self._index
+            chunks = self.num_chunks()  # (checked before anything is read)
+            self._indexing = True
+            try:
+                index = SequenceIndex.from_chunks([self.chunk_index(c) for c in range(chunks)], self.source_name)
+            finally:
+                self._indexing = False
+                self._counts, self._prefix = {}, [0]
+            self._index = index
+            return index
 
     def get_chunk(self, chunk_id: int) -> dict[str, StreamData]:
         """The plug-in's chunk converted, checked, and compared with the index and with earlier calls."""
-        return self._checked_chunk(int(chunk_id), self.user.get_chunk(chunk_id))
+        return self._checked_chunk(int(chunk_id), self._call(self.user.get_chunk, chunk_id))
 
     def get_chunk_of_sweep(self, chunk_id: int, sweep: int) -> dict[str, StreamData]:
         of_sweep = getattr(self.user, "get_chunk_of_sweep", None)
         if not self.sweep_dependent or not callable(of_sweep):
             return self.get_chunk(chunk_id)
-        return self._checked_chunk(int(chunk_id), of_sweep(chunk_id, sweep))
+        return self._checked_chunk(int(chunk_id), self._call(of_sweep, chunk_id, sweep))
 
     # --- converting and checking --------------------------------------------------------------------------------
     def _scan(self, chunk_id: int) -> np.ndarray:
         """Reads and checks a chunk for the index: each sequence's length."""
-        streams, lengths = self._convert_chunk(chunk_id, self.user.get_chunk(chunk_id))
+        streams, lengths = self._convert_chunk(chunk_id, self._call(self.user.get_chunk, chunk_id))
         self._check_signature(chunk_id, streams)
         self._counts[chunk_id] = len(lengths)
         return lengths
@@ -369,11 +428,16 @@ def _normalise_infos(infos: Any, source: str) -> list[StreamInformation]:
         if any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d <= 0 for d in shape):
             raise ConfigError(f"{source}: stream '{info.name}': shape must hold positive integers, got {raw_shape!r}")
         shape = tuple(int(d) for d in shape)
-        if info.is_sparse and len(shape) != 1:
-            raise ConfigError(f"{source}: sparse stream '{info.name}' needs a 1-D shape (dim,), got {shape}")
+        if info.is_sparse and len(shape) != 1:  # ((1, ..., 1, dim) is (dim,) already: StreamInformation)
+            raise ConfigError(
+                f"{source}: sparse stream '{info.name}' needs a 1-D shape (dim,) or (1, ..., 1, dim), got {shape}"
+            )
         if math.prod(shape) > MAX_SAMPLE_VALUES:
             raise ConfigError(f"{source}: stream '{info.name}': more than {MAX_SAMPLE_VALUES} values per sample")
         if not isinstance(info.dtype, np.dtype) or shape != info.shape:
             info = dataclasses.replace(info, dtype=dtype, shape=shape)
         result.append(info)
+    defining = [info.name for info in result if info.defines_mb_size]
+    if len(defining) > 1:
+        raise ConfigError(f"{source}: only one stream can have defines_mb_size=True, got {', '.join(defining)}")
     return result
