@@ -10,6 +10,7 @@ checks what it returns.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import math
 from collections.abc import Iterator, Mapping
 from functools import cached_property
@@ -85,6 +86,10 @@ def _checked(source: UserMinibatchSource, result: Any, input_map: Mapping[Any, A
         )
     if not result:
         return {}
+    for key, data in result.items():  # CNTK's MinibatchData(value, ...) is described by its data: named by its key
+        if isinstance(data, MinibatchData) and data.from_value and isinstance(key, StreamInformation):
+            data.info = dataclasses.replace(data.info, name=key.name, stream_id=key.stream_id, alias=key.alias)
+            data.from_value = False
     if type(result) is dict:  # name lookup (mb["features"]) as MinibatchSource's minibatches have
         result = Minibatch(result)
     if input_map is None:
@@ -117,6 +122,11 @@ class UserMinibatchSource(abc.ABC):
     :class:`~cntkio._src.assemble.minibatch.Minibatch`
     (indexable by stream name). For checkpoints override :meth:`get_checkpoint_state` and
     :meth:`restore_from_checkpoint`.
+
+    Code written for CNTK builds ``MinibatchData(cntk.Value.one_hot(...), num_sequences, num_samples, sweep_end)``;
+    here the first argument is the data itself (a NumPy array, a SciPy CSR matrix, a list of them with one per
+    sequence, or another minibatch's ``Value``: see :class:`~cntkio.MinibatchData`), and :meth:`read_minibatch`
+    names such a stream after its ``StreamInformation`` key.
 
     Example::
 
