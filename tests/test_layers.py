@@ -48,6 +48,9 @@ PUBLIC = [
     "SparseStream", "StreamConfiguration", "StreamDef", "StreamDefs", "StreamInformation", "TraceLevel",
     "UserDataError", "UserDeserializer", "UserMinibatchSource", "Value", "sequence_to_cntk_text_format",
     "transforms", "write_cbf",
+    # cntk.io's CNTK 2.0 names, so that `from cntk.io import X` -> `from cntkio import X` holds for every X (issue 24)
+    "DEFAULT_RANDOMIZATION_WINDOW", "INFINITE_SAMPLES", "MAX_UI64", "CNTKTextFormatMinibatchSource",
+    "LatticeDeserializer", "MinibatchSourceConfig", "ReaderConfig", "minibatch_source", "text_format_minibatch_source",
 ]  # fmt: skip
 
 
@@ -124,8 +127,10 @@ def test_every_face_exports_what_its_all_names(face: str) -> None:
 
 def test_the_top_level_names_stay() -> None:
     import cntkio
+    import cntkio.io
 
     assert sorted(cntkio.__all__) == sorted(PUBLIC)
+    assert not set(cntkio.io.__all__) - set(cntkio.__all__), "every cntk.io name imports from cntkio"
 
 
 def test_no_constructor_returns_another_type() -> None:

@@ -1,6 +1,10 @@
 """cntkio: CNTK's data readers (CTF and friends) as a fast, modern Python library.
 
-Drop-in for ``cntk.io``: ``from cntkio import MinibatchSource, CTFDeserializer, StreamDef, StreamDefs``.
+Drop-in for ``cntk.io``: ``from cntkio import MinibatchSource, CTFDeserializer, StreamDef, StreamDefs``. Every name
+``cntk.io`` had imports from here; CNTK 2.0's (``text_format_minibatch_source``, ``ReaderConfig``,
+``MinibatchSourceConfig``, ``minibatch_source``, ``CNTKTextFormatMinibatchSource``) warn with today's spelling when
+used, and ``LatticeDeserializer`` says it is not implemented. CNTK 2.0's keywords of ``MinibatchSource``
+(``epoch_size=`` ...) are taken by :class:`cntkio.io.MinibatchSource` (``import cntkio.io as C``).
 """
 
 from typing import TYPE_CHECKING
@@ -12,6 +16,16 @@ from cntkio._src.assemble.minibatch import MinibatchData, Value
 from cntkio._src.common.errors import CNTKIOError, ConfigError, FormatError, Location, MaxErrorsExceeded
 from cntkio._src.common.sentinels import DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS, FULL_DATA_SWEEP, INFINITELY_REPEAT
 from cntkio._src.common.streams import Record, StreamConfiguration, StreamDef, StreamDefs, StreamInformation
+from cntkio._src.compat.legacy import MAX_UI64, LatticeDeserializer
+from cntkio._src.compat.legacy_sources import (  # cntk.io's CNTK 2.0 names (deprecated: they warn when used)
+    DEFAULT_RANDOMIZATION_WINDOW,
+    INFINITE_SAMPLES,
+    CNTKTextFormatMinibatchSource,
+    MinibatchSourceConfig,
+    ReaderConfig,
+    minibatch_source,
+    text_format_minibatch_source,
+)
 from cntkio._src.corpus.join import DeserializerJoin, JoinReport, KeyProblems, LengthMismatch
 from cntkio._src.formats.cbf_writer import write_cbf
 from cntkio._src.formats.ctf_writer import sequence_to_cntk_text_format
@@ -40,12 +54,16 @@ else:  # the classes' faces: they also take several files, several HTK streams a
 __version__ = "0.1.0"
 
 __all__ = [
+    "DEFAULT_RANDOMIZATION_WINDOW",
     "DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS",
     "FULL_DATA_SWEEP",
     "INFINITELY_REPEAT",
+    "INFINITE_SAMPLES",
+    "MAX_UI64",
     "Base64ImageDeserializer",
     "CBFDeserializer",
     "CNTKIOError",
+    "CNTKTextFormatMinibatchSource",
     "CTFDeserializer",
     "ChunkIndex",
     "ConfigError",
@@ -59,12 +77,15 @@ __all__ = [
     "ImageDeserializer",
     "JoinReport",
     "KeyProblems",
+    "LatticeDeserializer",
     "LengthMismatch",
     "Location",
     "MaxErrorsExceeded",
     "MinibatchData",
     "MinibatchSource",
+    "MinibatchSourceConfig",
     "MinibatchSourceFromData",
+    "ReaderConfig",
     "ReaderStats",
     "Record",
     "RecordDeserializer",
@@ -78,7 +99,9 @@ __all__ = [
     "UserDeserializer",
     "UserMinibatchSource",
     "Value",
+    "minibatch_source",
     "sequence_to_cntk_text_format",
+    "text_format_minibatch_source",
     "transforms",
     "write_cbf",
 ]
