@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cntkio._src.cli.main import main
 
@@ -232,3 +235,134 @@ def test_explain_plans_with_the_configs_minibatch_size(
     assert json.loads(out)["partitioning"]["minibatch_size"] == 5  # unless told otherwise
     code, out, _ = cli(capsys, "explain", data / "data.ctf", "--json", "--no-progress")
     assert json.loads(out)["partitioning"]["minibatch_size"] == 256  # a data file: the default
+
+
+# ------------------------------------------------------------------------------------------- 4. broken image maps
+@pytest.fixture()
+def broken_map(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """20 lines naming 6 images, 5 of them malformed in different ways."""
+    monkeypatch.chdir(tmp_path)  # images are named relative to the working directory
+    for i in range(6):
+        (tmp_path / f"im{i}.png").write_bytes(b"not decoded here")
+    lines = [f"im{i % 6}.png\t{i % 3}" for i in range(20)]
+    lines[3] = "im3.png 1"  # spaces, not a tab
+    lines[7] = "im1.png\tcat"  # not a class id
+    lines[11] = "im5.png\t"  # empty label
+    lines[15] = "im0.png\t2\textra"  # an extra column
+    lines[18] = "\t1"  # empty path
+    path = tmp_path / "map.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+BROKEN_MAP_ERRORS = [
+    (4, 10, "expected 2 tab-separated columns (path, label) as on the first line, found 1"),
+    (8, 9, "label 'cat' is not an unsigned decimal integer"),
+    (12, 9, "empty label"),
+    (16, 11, "expected 2 tab-separated columns (path, label) as on the first line, found 3"),
+    (19, 1, "empty image path"),
+]
+
+
+@pytest.mark.parametrize("command", ["validate", "inspect"])
+def test_a_broken_image_map_is_an_image_map_with_every_error_listed(
+    broken_map: Path, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = cli(capsys, command, broken_map, "--json", "--no-progress")
+    assert (code, err) == (1, "")  # invalid data, not "not a CNTK data file"
+    report = json.loads(out)
+    found = report["errors"]
+    assert [(e["line"], e["column"], e["reason"]) for e in found] == BROKEN_MAP_ERRORS
+    assert [e["sequence"] for e in found] == [3, 7, 11, 15, 18]  # a 2-column map's key: the line index
+    if command == "inspect":
+        assert report["format"] == "image-map" and "16 of the first 20 lines" in report["detected"]
+        assert (report["valid_lines"], report["invalid_lines"]) == (15, 5)
+
+
+def test_a_map_with_spaces_for_tabs_is_an_image_map(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "map.txt"
+    path.write_text("".join(f"images/{i}.jpg {i % 2}\n" for i in range(5)))
+    code, out, _ = cli(capsys, "validate", path, "--json", "--no-progress")
+    report = json.loads(out)
+    assert code == 1 and report["files"][0]["format"] == "image-map"
+    assert [e["line"] for e in report["errors"]] == [1, 2, 3, 4, 5]
+    assert report["errors"][0]["reason"] == (
+        "expected 2 tab-separated columns (path, label) or 3 (key, path, label), found 1"
+    )
+
+
+SINGLE_ERRORS = [
+    "k1\tim.png\t1\nk2\tim.png\n",  # a 3-column map, then 2 columns
+    "k1\tim.png\t1\n\tim.png\t2\n",  # empty key
+    "im.png\t1\nim.png\t99999999999999999999999\n",  # a class id past 2^64
+    "im.png\t1\n@/x.png\t1\n",  # empty zip archive
+    "im.png\t1\na.zip@/\t1\n",  # empty zip item
+    "\ufeffim.png\tx\n",  # after a byte order mark
+    "im.png\t1\r\n\u00e9\u00e9.png\t+ 2 \r\n",  # CRLF, characters of two bytes, a label with spaces
+    "im.png\t1\n\u00e9.png\t1\t\t\n",  # four columns
+    "k\tim.png\t1\nno tabs at all\n",  # one column in a 3-column map: no key
+    "\n \t\nim.png\t\n",  # blank lines first
+    "im.png\t1\nim.png\t1\tx\n",  # fine, then 3 columns
+]
+
+
+@pytest.mark.parametrize("text", SINGLE_ERRORS)
+def test_every_map_error_starts_with_the_scanners(tmp_path: Path, text: str) -> None:
+    from cntkio._src.common.errors import FormatError
+    from cntkio._src.formats.image_map import parse_image_map
+    from cntkio._src.formats.image_map_check import map_errors
+
+    path = tmp_path / "map.txt"
+    path.write_bytes(text.encode())
+    with pytest.raises(FormatError) as raised:
+        parse_image_map(path, label_dim=2**63 - 1)
+    first = map_errors(path, label_dim=2**63 - 1)[0][0]
+    native = raised.value
+    assert (first.reason, first.line, first.column, first.offset) == (
+        native.reason, native.line, native.column, native.offset
+    )  # fmt: skip
+    assert first.sequence_key == native.sequence_key
+
+
+FIELDS = st.sampled_from(["im.png", "a.zip@/x.jpg", "@/x", "a.zip@/", "k", "", " ", "1", "+3", " 2 ", "cat",
+                          "18446744073709551616", "7\r", "\u00e9", "\u00e9.png", "x\ty"])  # fmt: skip
+
+
+@st.composite
+def map_text(draw: st.DrawFn) -> bytes:
+    lines = []
+    for _ in range(draw(st.integers(1, 8))):
+        fields = draw(st.lists(FIELDS, min_size=1, max_size=4))
+        lines.append("\t".join(fields) + draw(st.sampled_from(["", "\r"])))
+    text = "\n".join(lines) + draw(st.sampled_from(["", "\n"]))
+    return (draw(st.sampled_from(["", "\ufeff"])) + text).encode()
+
+
+@settings(max_examples=150, deadline=None)
+@given(map_text(), st.sampled_from([None, 2, 2**63 - 1]))
+def test_every_map_error_is_what_the_scanner_finds_line_after_line(data: bytes, label_dim: int | None) -> None:
+    """The list is what the native scanner reports, each error's line blanked (kept in offsets and line numbers)
+    before the file is scanned again."""
+    from cntkio._src.common.errors import FormatError
+    from cntkio._src.formats.image_map import parse_image_map
+    from cntkio._src.formats.image_map_check import map_errors
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "map.txt"
+        expected = []
+        scanned = bytearray(data)
+        while True:
+            path.write_bytes(bytes(scanned))
+            try:
+                parse_image_map(path, label_dim=label_dim)
+                break
+            except FormatError as e:
+                expected.append((e.reason, e.line, e.column, e.offset, e.sequence_key))
+                start = scanned.rfind(b"\n", 0, e.offset) + 1
+                end = scanned.find(b"\n", e.offset)
+                end = len(scanned) if end < 0 else end
+                first = 3 if start == 0 and scanned.startswith(b"\xef\xbb\xbf") else start
+                scanned[first:end] = b" " * (end - first)  # blank: skipped, still counted
+        path.write_bytes(data)
+        errors, _ = map_errors(path, label_dim=label_dim)
+    assert [(e.reason, e.line, e.column, e.offset, e.sequence_key) for e in errors] == expected

@@ -46,6 +46,7 @@ from cntkio._src.formats.image_map import (
     parse_image_map,
     read_image_bytes,
 )
+from cntkio._src.formats.image_map_check import map_errors
 from cntkio._src.formats.mlf import MAX_DIM, parse_mlf, read_state_list
 from cntkio._src.formats.protocol import Deserializer
 from cntkio._src.formats.scp import parse_scp
@@ -227,6 +228,8 @@ def inspect_image_map(
             count, labels, keys = len(images), images.labels, images.keys
     except FormatError as e:
         report.fatal = e
+        if not base64:
+            _every_map_error(report, e)
         return report
     classes, per_class = np.unique(labels, return_counts=True)
     order = np.argsort(-per_class, kind="stable")[:TOP_LABELS]
@@ -263,6 +266,20 @@ def inspect_image_map(
         "))\n"
     )
     return report
+
+
+def _every_map_error(report: Report, first: FormatError) -> None:
+    """A map the scanner refused at its ``first`` error: every structural error of it listed (the reader refuses
+    the file whole, so images are not checked until they are fixed)."""
+    errors, good = map_errors(report.file, label_dim=_ANY_LABEL)
+    if not errors or (errors[0].line, errors[0].reason) != (first.line, first.reason):
+        return  # (not a line's error: keep the scanner's)
+    report.fatal = None
+    report.errors = errors
+    report.summary = {"valid_lines": good, "invalid_lines": len(errors)}
+    report.notes.append(
+        "a reader refuses this map at its first error: fix every line listed (images are checked once it reads)"
+    )
 
 
 def _missing_images(images: ImageMap, progress: Progress | None) -> tuple[list[FormatError], np.ndarray]:

@@ -37,6 +37,7 @@ _CONFIG = re.compile(rb"(?im)^\s*(reader|readerType|deserializers|command|precis
 _SCP_LINE = re.compile(rb"^[^\s=]+=\S+$|^\S+\.(mfc|fbank|plp|htk|fea|feat)$", re.IGNORECASE)
 _BASE64 = re.compile(rb"^[A-Za-z0-9+/]{16,}={0,2}$")
 _INTEGER = re.compile(rb"^\s*\+?\d+\s*$")
+MOSTLY = 0.8  # the share of lines with an image file's columns that makes a file with malformed lines one
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,9 @@ def detect_bytes(sample: bytes, name: str = "") -> Detection:
             images = any(c[-2].lower().endswith(_IMAGE_EXTENSIONS) or b"@" in c[-2] for c in columns)
             why = "image paths" if images else "paths"
             return Detection(IMAGE_MAP.name, f"lines of [key<TAB>]path<TAB>label ({why})")
+    broken = _broken_images(lines, columns)  # most lines are those of an image file: the others are its errors
+    if broken is not None:
+        return broken
     if sum(1 for line in lines if _SCP_LINE.match(line.strip())) >= 0.9 * len(lines):
         return Detection(SCP.name, "lines of name=path[start,end]")
     if named is SCP:
@@ -107,6 +111,35 @@ def detect_bytes(sample: bytes, name: str = "") -> Detection:
         f"text, but {len(lines) - with_fields} of its first {len(lines)} non-blank lines have no '|name' field "
         f"(CTF needs one per sample){bad}",
     )
+
+
+def _broken_images(lines: list[bytes], columns: list[list[bytes]]) -> Detection | None:
+    """An image map or Base64 image file with some malformed lines (which its scan reports): most lines have its
+    columns (:data:`MOSTLY` of them), or half of them start with an image file (a map whose columns are broken,
+    such as spaces for tabs)."""
+    n = len(lines)
+    base64 = sum(1 for c in columns if len(c) in (2, 3) and _BASE64.match(c[-1]) and _INTEGER.match(c[-2]))
+    rows = sum(1 for c in columns if len(c) in (2, 3) and _INTEGER.match(c[-1]))
+    images = sum(1 for c in columns if _starts_with_image(c))
+    if base64 >= MOSTLY * n:
+        lines_are = "are [key<TAB>]label<TAB>base64"
+        return Detection(BASE64_IMAGE.name, f"{base64:,} of the first {n:,} lines {lines_are}, the others not")
+    if rows >= MOSTLY * n:
+        lines_are = "are [key<TAB>]path<TAB>label"
+        return Detection(IMAGE_MAP.name, f"{rows:,} of the first {n:,} lines {lines_are}, the others not")
+    if images >= 0.5 * n:
+        return Detection(
+            IMAGE_MAP.name,
+            f"{images:,} of the first {n:,} lines start with an image file, but only {rows:,} are "
+            "[key<TAB>]path<TAB>label",
+        )
+    return None
+
+
+def _starts_with_image(columns: list[bytes]) -> bool:
+    """Whether a line's first word, or its second column's (after a key), names an image file (or a zip item)."""
+    words = [column.split(None, 1)[0] for column in columns[:2] if column.strip()]
+    return any(word.lower().endswith(_IMAGE_EXTENSIONS) or b".zip@" in word.lower() for word in words)
 
 
 def _names(names: set[bytes]) -> str:
