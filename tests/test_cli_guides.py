@@ -366,3 +366,53 @@ def test_every_map_error_is_what_the_scanner_finds_line_after_line(data: bytes, 
         path.write_bytes(data)
         errors, _ = map_errors(path, label_dim=label_dim)
     assert [(e.reason, e.line, e.column, e.offset, e.sequence_key) for e in errors] == expected
+
+
+# ------------------------------------------------------------------------------------------- 5. progress
+@pytest.fixture(scope="module")
+def six_megabytes(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """ATIS twice: about 6 MB, one chunk of the reader's default size."""
+    path = tmp_path_factory.mktemp("big") / "atis2.ctf"
+    text = ATIS.read_bytes()
+    path.write_bytes(text + text)
+    return path
+
+
+@needs_atis
+def test_inspect_reports_progress_per_chunk_of_the_parse(six_megabytes: Path) -> None:
+    from cntkio._src.cli.inspect_ctf import inspect_file
+
+    calls: list[tuple[str, int, int]] = []
+    report = inspect_file(str(six_megabytes), progress=lambda *call: calls.append(call))
+    size = six_megabytes.stat().st_size
+    parsing = [done for phase, done, total in calls if phase == "parsing" and total == size]
+    assert parsing[0] == 0 and parsing[-1] == size and parsing == sorted(parsing)
+    assert len(parsing) >= 6 and report.summary["chunks"] == len(parsing) - 1  # a step per chunk of about 1 MB
+    scanning = [done for phase, done, _ in calls if phase == "scanning"]
+    assert len(scanning) >= 3 and scanning[-1] == size
+
+
+@needs_atis
+def test_validate_draws_the_bar_moving(six_megabytes: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("tqdm")
+    code, _, err = cli(capsys, "validate", six_megabytes, "--progress")
+    shown = set(re.findall(r"parsing: +(\d+)%", err))
+    assert code == 0 and len(shown) >= 5  # not 0% then cleared
+
+
+def test_a_phase_draws_every_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("tqdm")
+    import io
+
+    from cntkio._src.common.progress import Phases
+
+    err = io.StringIO()
+    monkeypatch.setattr("sys.stderr", err)
+    with Phases(True) as progress:
+        progress("parsing", 0, 1000)
+        progress("parsing", 400, 1000)  # a large step right after the start is drawn
+    assert "400/1.00k" in err.getvalue()
+    with Phases(True, units={"reading": "chunk"}) as progress:
+        progress("reading", 0, 3)
+        progress("reading", 1, 3)
+    assert "1/3 [" in err.getvalue() and "chunk/s" in err.getvalue()

@@ -36,6 +36,7 @@ from cntkio._src.formats import registry
 from cntkio._src.formats.sniff import detect
 
 DEFAULT_PREVIEW = 3
+PHASE_UNITS = {"reading": "chunk", "checking files": "file", "decoding images": "image"}  # (others: bytes)
 
 
 def add_commands(commands: Any) -> None:
@@ -166,7 +167,7 @@ def _reports_of(path: str, args: argparse.Namespace, command: str) -> list[Repor
             f"'{path}' is not a CNTK data file: it looks like {detection}. To read it anyway, give its "
             f"format: --format {registry.CTF.name} (or {others})"
         )
-    with Phases(args.progress, label=os.path.basename(path)) as progress:
+    with Phases(args.progress, label=os.path.basename(path), units=PHASE_UNITS) as progress:
         if form == registry.CONFIG.name:  # readers, not data: a report per deserializer
             return validate_config(path, args.section, progress, variables=args.var)
         if args.var and len(args.files) == 1:

@@ -27,6 +27,8 @@ from cntkio._src.formats.ctf_infer import Inference, infer
 from cntkio._src.formats.protocol import Deserializer, SparseStream, StreamData
 
 HISTOGRAM_BINS = 10
+PROGRESS_STEPS = 64  # chunks a large CTF file is parsed in by inspect: the progress bar's steps
+MIN_CHUNK_BYTES = 1 << 20
 SHOWN_PER_GROUP = 3  # locations listed per group of errors of one reason
 PREVIEW_SAMPLES = 3  # samples shown per stream of a previewed sequence
 PREVIEW_VALUES = 6  # values shown per previewed sample
@@ -260,7 +262,7 @@ def inspect_file(
     skip_sequence_ids: bool = False,
     precision: str = "float",
     optional_inputs: bool = False,
-    chunk_size_in_bytes: int = DEFAULT_CHUNK_SIZE_IN_BYTES,
+    chunk_size_in_bytes: int | None = None,
     progress: Progress | None = None,
     preview: int = 0,
 ) -> Report:
@@ -272,8 +274,10 @@ def inspect_file(
         max_errors: stop after the chunk that holds the ``max_errors``-th error (in file order) and list only the
             first ``max_errors``; the statistics cover the chunks read (``None``: no limit).
         skip_sequence_ids, precision, optional_inputs, chunk_size_in_bytes: as in
-            :class:`~cntkio.CTFDeserializer`; memory use is bounded by about one chunk.
-        progress: called with (phase, done, total bytes) while scanning and parsing.
+            :class:`~cntkio.CTFDeserializer`; memory use is bounded by about one chunk. The chunk size defaults to
+            :func:`progress_chunk_size`: about 1/64 of the file, so that progress moves as the file is parsed.
+        progress: called with (phase, done, total bytes) while scanning and parsing: per block of the scan, per
+            chunk of the parse (and with 0 when a phase starts).
         preview: how many sequences to show in ``Report.preview``.
 
     Raises:
@@ -303,7 +307,8 @@ def inspect_file(
     definitions = {s.name: s.stream_def() for s in streams}
     report.snippet = streamdefs_snippet("CTFDeserializer", path, streams)
     options: dict[str, Any] = {
-        "skip_sequence_ids": skip_sequence_ids, "precision": precision, "chunk_size_in_bytes": chunk_size_in_bytes,
+        "skip_sequence_ids": skip_sequence_ids, "precision": precision,
+        "chunk_size_in_bytes": chunk_size_in_bytes or progress_chunk_size(size),
     }  # fmt: skip
     try:
         reader = CTFDeserializer(
@@ -352,6 +357,12 @@ def inspect_file(
     finally:
         reader.close()
     return report
+
+
+def progress_chunk_size(size: int) -> int:
+    """The chunk size inspect reads a CTF file of ``size`` bytes with: about :data:`PROGRESS_STEPS` chunks, each
+    at least :data:`MIN_CHUNK_BYTES` and at most the reader's default (a file's statistics do not depend on it)."""
+    return max(MIN_CHUNK_BYTES, min(DEFAULT_CHUNK_SIZE_IN_BYTES, size // PROGRESS_STEPS))
 
 
 def _unknown_inputs(report: Report, inference: Inference, streams: list[StreamSpec]) -> list[FormatError]:

@@ -73,6 +73,8 @@ def inspect_deserializer(
     scan = ChunkScan(reader, report, preview)
     chunks = reader.num_chunks()
     errors: list[FormatError] = []
+    if progress is not None:
+        progress("reading", 0, chunks)
     for chunk_id in range(chunks):
         if not scan.read(chunk_id) and report.fatal is not None:
             errors.append(report.fatal)  # a chunk that cannot be read: listed, and the next ones are read
@@ -348,6 +350,8 @@ def _decode_images(
     else:
         report.notes.append("image sizes need OpenCV: pip install 'cntkio[image]'")
     shapes: dict[str, int] = {}
+    if progress is not None:
+        progress("decoding images", 0, len(rows))
     for done, row in enumerate(rows):
         data = read(row)
         image = None

@@ -4,6 +4,7 @@ to a PNG figure or an HTML page (:mod:`.plot`)."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any, TextIO
 
@@ -18,7 +19,7 @@ from cntkio._src.cli.common import (
     write_json,
 )
 from cntkio._src.cli.distributions import bin_label, dim_text, gather, number, stream_sections, summary_text
-from cntkio._src.cli.inspect_ctf import HISTOGRAM_BINS
+from cntkio._src.cli.inspect_ctf import HISTOGRAM_BINS, progress_chunk_size
 from cntkio._src.common import progress
 from cntkio._src.common.errors import CNTKIOError, FormatError
 
@@ -89,10 +90,12 @@ def run_stats(args: argparse.Namespace) -> int:
     try:
         if target is not None:
             plot.require_matplotlib()
-        reader = open_deserializer(args.file, max_errors=sys.maxsize)  # bad CTF records are skipped and counted
+        inferred = dims_inferred(args.file)  # a CTF file: read in chunks of ~1/64 of it, so that the bar moves
+        chunk_size = progress_chunk_size(os.path.getsize(args.file)) if inferred else None
+        reader = open_deserializer(args.file, max_errors=sys.maxsize, chunk_size_in_bytes=chunk_size)
         try:
             with progress.bar(args.progress, reader.num_chunks(), "reading", unit="chunk") as advance:
-                found = gather(args.file, reader, advance, args.bins, dims_inferred=dims_inferred(args.file))
+                found = gather(args.file, reader, advance, args.bins, dims_inferred=inferred)
         finally:
             getattr(reader, "close", lambda: None)()
     except FormatError as e:

@@ -8,7 +8,7 @@ required: ``pip install 'cntkio[progress]'``); ``False`` never does. tqdm is imp
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from importlib.util import find_spec
 from typing import Any
@@ -34,16 +34,24 @@ def wanted(enabled: bool | None) -> bool:
 class Phases:
     """A ``(phase, done, total)`` callback drawing one bar per phase (a new phase closes the previous bar).
 
+    A phase's bar counts ``unit`` (bytes by default; ``units`` names another for some phases, such as
+    ``{"reading": "chunk"}``). Every call is drawn (once the bar shows): work reported in a few large steps (a chunk
+    of megabytes at a time) moves the bar at each step. Call with ``done=0`` when a phase starts, so that its bar
+    (and the delay before it shows) starts with the work, not after its first step.
+
     Example::
 
         with Phases(None, label="train.ctf") as progress:
             inspect_file("train.ctf", progress=progress)
     """
 
-    def __init__(self, enabled: bool | None, *, unit: str = "B", label: str = ""):
+    def __init__(
+        self, enabled: bool | None, *, unit: str = "B", label: str = "", units: Mapping[str, str] | None = None
+    ):
         self.enabled = wanted(enabled)
         self.delay = 0.0 if enabled else AUTO_DELAY_SECONDS
         self.unit = unit
+        self.units = dict(units or {})
         self.label = label
         self._bar: Any = None
         self._phase = ""
@@ -56,10 +64,11 @@ class Phases:
             from tqdm import tqdm
 
             desc = f"{self.label}: {phase}" if self.label else phase
-            scale = self.unit == "B"
+            unit = self.units.get(phase, self.unit)
             self._bar = tqdm(
-                total=total, desc=desc, unit=self.unit, unit_scale=scale, leave=False, file=sys.stderr, delay=self.delay
-            )
+                total=total, desc=desc, unit=unit, unit_scale=unit == "B", leave=False, file=sys.stderr,
+                delay=self.delay, mininterval=0, miniters=1,  # each step drawn: steps may be few and large
+            )  # fmt: skip
             self._phase = phase
         self._bar.update(done - self._bar.n)
 
