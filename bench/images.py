@@ -227,7 +227,7 @@ def child_cntkio(spec: dict[str, Any]) -> dict[str, Any]:
         dataset = MinibatchDataset(functools.partial(image_source, spec), MINIBATCH)
         for batch in DataLoader(dataset, batch_size=None, num_workers=0):
             x, y = batch["features"], batch["labels"]
-            labels = y.col_indices().numpy()
+            labels = y.numpy()  # class ids (int64 [B]): the default layout of an image label stream
             if spec["check"]:
                 tally.add(x.shape[0], labels, x.numpy(), [key for _, key in batch.keys])
             else:

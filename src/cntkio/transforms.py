@@ -1,4 +1,4 @@
-"""Image transforms (``cntk.io.transforms``): crop, scale, mean, color, intensity.
+"""Image transforms (``cntk.io.transforms``): crop, scale, mean, color, intensity, and normalize (cntkio's).
 
 The public face of ``cntkio._src.formats.image_transforms`` (every name of its ``__all__``)."""
 
