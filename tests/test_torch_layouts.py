@@ -142,3 +142,27 @@ def test_every_layout_is_documented() -> None:
     assert set(LAYOUTS) == {
         "auto", "flat", "padded", "csr", "token_ids", "token_offsets", "packed", "nested", "per_sequence",
     }  # fmt: skip
+
+
+def test_a_sparse_stream_declared_one_by_dim_is_a_dim_wide_csr_tensor() -> None:
+    """CNTK's tests declare sparse samples (1, n): the tensor's rows are n wide (its size came from the declared
+    shape: (N, 1, n), which torch refuses for CSR)."""
+    import scipy.sparse
+
+    from cntkio import StreamInformation, UserDeserializer
+    from cntkio.torch import to_tensor
+
+    class OneHot(UserDeserializer):
+        def stream_infos(self) -> list[StreamInformation]:
+            return [StreamInformation("y", 0, "sparse", np.float32, (1, 3))]
+
+        def num_chunks(self) -> int:
+            return 1
+
+        def get_chunk(self, chunk_id: int) -> dict[str, Any]:
+            return {"y": scipy.sparse.csr_matrix(np.eye(3, dtype=np.float32)[[0, 1, 2, 1]])}
+
+    minibatch = MinibatchSource(OneHot(), randomize=False, max_sweeps=1).next_minibatch(4)
+    tensor = to_tensor(minibatch["y"])
+    assert tensor.shape == (4, 3)
+    assert tensor.to_dense().argmax(dim=1).tolist() == [0, 1, 2, 1]

@@ -327,7 +327,7 @@ def to_tensor(data: MinibatchData, layout: str = "auto") -> torch.Tensor:
                 torch.from_numpy(data.indptr),
                 torch.from_numpy(data.indices.astype(np.int64)),
                 torch.from_numpy(data.values),
-                size=(data.num_samples, *data.sample_shape),
+                size=(data.num_samples, *data.info.shape),  # (the CSR rows: a stream declared (1, dim) is dim wide)
                 check_invariants=False,  # the reader's CSR is valid by construction
             )
     flat = layout == "flat" or (layout == "auto" and bool(np.all(data.sequence_lengths == 1)))
