@@ -8,6 +8,7 @@ import json
 import re
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -416,3 +417,69 @@ def test_a_phase_draws_every_step(monkeypatch: pytest.MonkeyPatch) -> None:
         progress("reading", 0, 3)
         progress("reading", 1, 3)
     assert "1/3 [" in err.getvalue() and "chunk/s" in err.getvalue()
+
+
+# ------------------------------------------------------------------------------------------- 6. stats --plot
+@pytest.fixture()
+def drawn(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The figures ``stats --plot`` saves."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    figures: list[Any] = []
+    save = Figure.savefig
+
+    def keep(self: Figure, *args: Any, **kwargs: Any) -> Any:
+        figures.append(self)
+        return save(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    return figures
+
+
+def _panels(figure: Any) -> tuple[list[str], str]:
+    titles = [axes.get_title() for axes in figure.axes if axes.get_title()]
+    texts = "\n".join(text.get_text() for axes in figure.axes for text in axes.texts)
+    return titles, texts
+
+
+@needs_atis
+def test_plot_of_one_hot_data_says_in_words_what_a_single_bar_would_show(
+    drawn: list[Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "atis.png"
+    assert cli(capsys, "stats", ATIS_TEST, "--plot", target, "--no-progress")[0] == 0
+    (figure,) = drawn
+    titles, texts = _panels(figure)
+    assert not any(title.endswith((": values", ": non-zeros per sample")) for title in titles)
+    assert "S1: samples per sequence" not in titles  # one sample in every sequence: said, not drawn
+    assert "values: every value is 1" in texts and "non-zeros per sample: every sample has 1 non-zero" in texts
+    assert "samples per sequence: every sequence has 1 sample" in texts
+    assert "S0 (sparse, dim >= 941, one-hot)" in texts
+    assert str(ATIS_TEST) in figure.get_suptitle()  # the figure names its file
+
+
+@needs_atis
+def test_index_bars_are_the_most_used_indices(
+    drawn: list[Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli(capsys, "stats", ATIS_TEST, "--plot", tmp_path / "atis.png", "--no-progress")[0] == 0
+    (figure,) = drawn
+    (s2,) = [axes for axes in figure.axes if axes.get_title() == "S2: the 10 most used indices"]
+    labels = [label.get_text() for label in s2.get_xticklabels()]
+    heights = [patch.get_height() for patch in s2.patches]
+    assert labels[:3] == ["128", "78", "48"] and heights[:3] == [7319, 716, 704]
+    assert heights == sorted(heights, reverse=True)
+    found = json.loads(cli(capsys, "stats", ATIS_TEST, "--json", "--no-progress")[1])
+    assert found["streams"][2]["indices"]["most_used"][:3] == [[128, 7319], [78, 716], [48, 704]]
+    _, text, _ = cli(capsys, "stats", ATIS_TEST, "--no-progress")
+    assert re.search(r"^ +128  #+ 7,319\n +78  #+ 716$", text, re.MULTILINE)  # the text's bars too
+
+
+def test_a_dense_stream_keeps_its_charts(drawn: list[Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "data.ctf"
+    source.write_text("".join(f"{i // 3} |x {i % 5} {i % 7 - 3}\n" for i in range(60)))
+    assert cli(capsys, "stats", source, "--plot", tmp_path / "data.png", "--no-progress")[0] == 0
+    titles, texts = _panels(drawn[0])
+    assert titles[1:] == ["x: values", "x: non-zeros per sample"]  # 3 samples in every sequence: said
+    assert "samples per sequence: every sequence has 3 samples" in texts

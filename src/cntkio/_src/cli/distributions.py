@@ -156,10 +156,12 @@ class StreamDistributions:
         return [{"low": float(edges[i]), "high": float(edges[i + 1]), "count": int(c)} for i, c in enumerate(counts)]
 
     def index_usage(self, bins: int = HISTOGRAM_BINS) -> dict[str, Any]:
-        """Sparse streams: indices used (exact when counted per index), the most used, and equal ranges' counts."""
+        """Sparse streams: indices used (exact when counted per index), the most used (``top``: a few for the summary
+        line; ``most_used``: ``bins`` of them, most used first, for the bars), and equal ranges' counts."""
         counts, width = self.index_counts, self.index_width
         per_index = width == 1
-        top = np.argsort(-counts, kind="stable")[:TOP_INDICES] if per_index else np.zeros(0, dtype=np.int64)
+        ranked = np.argsort(-counts, kind="stable")[: max(bins, TOP_INDICES)] if per_index else np.zeros(0, np.int64)
+        top = ranked[:TOP_INDICES]
         step = -(-len(counts) // bins) if len(counts) else 1
         binned = np.add.reduceat(counts, np.arange(0, len(counts), step)) if len(counts) else np.zeros(0)
         dim = self.spec.dim
@@ -168,6 +170,7 @@ class StreamDistributions:
             "of": dim,
             "of_lower_bound": self.spec.dim_lower_bound,
             "top": [[int(i), int(counts[i])] for i in top if counts[i]],
+            "most_used": [[int(i), int(counts[i])] for i in ranked[:bins] if counts[i]],
             "histogram": [
                 {"low": i * step * width, "high": min((i + 1) * step * width, dim) - 1, "count": int(c)}
                 for i, c in enumerate(binned)
@@ -321,14 +324,45 @@ def index_text(indices: dict[str, Any]) -> str:
 
 
 def stream_sections(stream: dict[str, Any]) -> list[tuple[str, str, list[dict[str, Any]]]]:
-    """A stream's distributions as (label, summary text, histogram), in the order the text and the page show."""
+    """A stream's distributions as (label, summary text, histogram), in the order the text and the page show. The
+    indices' histogram is of the most used ones, most used first (one bin per index: :func:`most_used`)."""
     sections = [
         ("samples per sequence", summary_text(stream["samples_per_sequence"]), stream["samples_per_sequence"]),
         ("values", value_text(stream["values"]), stream["values"]),
         ("non-zeros per sample", summary_text(stream["nonzeros_per_sample"]), stream["nonzeros_per_sample"]),
     ]
+    result = [(label, text, part["histogram"]) for label, text, part in sections]
     if "indices" in stream:
-        sections.append(("indices", index_text(stream["indices"]), stream["indices"]))
-    return [(label, text, part["histogram"]) for label, text, part in sections]
+        result.append(("indices", index_text(stream["indices"]), most_used(stream["indices"])))
+    return result
+
+
+def most_used(indices: dict[str, Any]) -> list[dict[str, Any]]:
+    """The most used indices as histogram bins of one index each, most used first (the ranges' histogram when
+    indices are counted per range: a dimension above MAX_INDEX_COUNTS)."""
+    ranked = indices.get("most_used") or []
+    if not ranked:
+        return list(indices["histogram"])
+    return [{"low": index, "high": index, "count": count} for index, count in ranked]
+
+
+def constant(stream: dict[str, Any], label: str) -> str | None:
+    """What a section of ``stream`` says in words when its distribution is a single value (a one-hot stream's
+    values and non-zeros per sample, say), which a chart of one bar tells no better; None otherwise."""
+    if label == "values":
+        values = stream["values"]
+        return f"every value is {number(values['min'])}" if values["count"] and values["min"] == values["max"] else None
+    if label == "indices":
+        indices = stream["indices"]
+        return f"every entry is index {indices['top'][0][0]}" if indices["used"] == 1 and indices["top"] else None
+    key, noun, of = {
+        "samples per sequence": ("samples_per_sequence", "sequence", "sample"),
+        "non-zeros per sample": ("nonzeros_per_sample", "sample", "non-zero"),
+    }[label]
+    summary = stream[key]
+    if summary["min"] is None or summary["min"] != summary["max"]:
+        return None
+    count = summary["min"]
+    return f"every {noun} has {number(count)} {of}{'' if count == 1 else 's'}"
 
 

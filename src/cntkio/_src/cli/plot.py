@@ -1,9 +1,10 @@
 """``cntkio stats --plot``: the distributions of :mod:`.distributions` drawn as a PNG figure, or as a
 self-contained HTML page (the figure embedded as base64 PNG, and tables of the numbers; no script).
 
-matplotlib (``pip install 'cntkio[plot]'``) is imported only when a figure is drawn. The figure has a row for the
-sequence lengths and a row per stream (samples per sequence, values, non-zeros per sample, indices used), each panel
-:data:`PANEL_INCHES` at :data:`DPI`: :func:`figure_pixels` gives its size.
+matplotlib (``pip install 'cntkio[plot]'``) is imported only when a figure is drawn. The figure is titled with the
+file, and has a row for the sequence lengths and a row per stream (samples per sequence, values, non-zeros per
+sample, the most used indices), each panel :data:`PANEL_INCHES` at :data:`DPI`: :func:`figure_pixels` gives its
+size. A distribution of a single value (a one-hot stream's values, one bar at 1.0) is a line of text, not a chart.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
-from cntkio._src.cli.distributions import bin_label, dim_text, number, stream_sections, summary_text
+from cntkio._src.cli.distributions import bin_label, constant, dim_text, number, stream_sections, summary_text
 
 SUFFIXES = (".png", ".html")
 DPI = 100
@@ -52,7 +53,9 @@ def write(found: dict[str, Any], path: str | Path) -> None:
 
 
 def png_bytes(found: dict[str, Any]) -> bytes:
-    """The figure as PNG bytes."""
+    """The figure as PNG bytes: titled with the file, a row for the sequence lengths, and a row per stream whose
+    distributions are charts — those of a single value (a one-hot stream's values: one bar at 1.0) are a line of
+    text instead, and the indices are a bar per most used index."""
     try:
         from matplotlib.figure import Figure
     except ImportError:
@@ -60,19 +63,58 @@ def png_bytes(found: dict[str, Any]) -> bytes:
     streams = found["streams"]
     width, height = figure_pixels(len(streams))
     figure = Figure(figsize=(width / DPI, height / DPI), dpi=DPI, layout="constrained")
+    figure.suptitle(
+        f"{found['file']} ({found['format']}, {number(found['bytes'])} bytes): {number(found['sequences'])} sequences",
+        fontsize=12,
+    )
     grid = figure.add_gridspec(1 + len(streams), COLUMNS)
     lengths = figure.add_subplot(grid[0, :])
     _bars(lengths, found["sequence_lengths"]["histogram"], "samples per sequence (the most of any stream)")
     lengths.set_title(f"sequence lengths: {number(found['sequences'])} sequences", fontsize=10)
     for row, stream in enumerate(streams, start=1):
-        for column, (label, _, histogram) in enumerate(stream_sections(stream)):
+        column = 0
+        lines = []
+        for label, _, histogram in stream_sections(stream):
+            said = constant(stream, label)
+            if said is not None:
+                lines.append(f"{label}: {said}")
+                continue
             axes = figure.add_subplot(grid[row, column])
-            _bars(axes, histogram, _AXES[label], discrete=label != "values")
-            sampled = " (a uniform sample)" if label == "values" and stream["values"]["sampled"] else ""
-            axes.set_title(f"{stream['name']}: {label}{sampled}", fontsize=10)
+            column += 1
+            title = label
+            if label == "indices" and stream["indices"].get("most_used"):
+                _top_bars(axes, histogram)
+                title = f"the {len(histogram)} most used indices"
+            else:
+                _bars(axes, histogram, _AXES[label], discrete=label != "values")
+            if label == "values" and stream["values"]["sampled"]:
+                title += " (a uniform sample)"
+            axes.set_title(f"{stream['name']}: {title}", fontsize=10)
+        if lines:
+            text = figure.add_subplot(grid[row, column:])
+            text.axis("off")
+            dim = dim_text(stream["dim"], stream["dim_lower_bound"])
+            one_hot = stream["format"] == "sparse" and _one_hot(stream)
+            heading = f"{stream['name']} ({stream['format']}, dim {dim}{', one-hot' if one_hot else ''})"
+            text.text(0.0, 0.5, "\n".join([heading, *lines]), va="center", ha="left", fontsize=10)
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=DPI)
     return buffer.getvalue()
+
+
+def _one_hot(stream: dict[str, Any]) -> bool:
+    """Every sample of a sparse stream is a single 1."""
+    values, nonzeros = stream["values"], stream["nonzeros_per_sample"]
+    return bool(values["count"]) and values["min"] == values["max"] == 1 and nonzeros["min"] == nonzeros["max"] == 1
+
+
+def _top_bars(axes: Any, histogram: list[dict[str, Any]]) -> None:
+    """The most used indices as bars, most used first, each labelled with its index."""
+    labels = [str(entry["low"]) for entry in histogram]
+    axes.bar(range(len(labels)), [entry["count"] for entry in histogram], edgecolor="white")
+    axes.set_xticks(range(len(labels)), labels, rotation=90 if len(labels) > 6 else 0, fontsize=8)
+    axes.set_xlabel("index")
+    axes.set_ylabel("count")
 
 
 def _bars(axes: Any, histogram: list[dict[str, Any]], xlabel: str, discrete: bool = True) -> None:
