@@ -96,6 +96,27 @@ def test_an_unknown_input_under_explicit_streams_is_reported(
     assert f"  warning: {warning}\n" in text
 
 
+@needs_atis
+def test_a_configs_reader_reports_its_unknown_inputs(
+    atis_with_a_typo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "atis.cntk"
+    config.write_text(
+        'reader = [ readerType = "CNTKTextFormatReader" ; file = "$DataDir$/atis.ctf"\n'
+        '  input = [ query = [ alias = "S0" ; dim = 943 ; format = "sparse" ]\n'
+        '            labels = [ alias = "S2" ; dim = 129 ; format = "sparse" ] ] ]\n'
+    )
+    code, out, _ = cli(capsys, "validate", config, "--var", f"DataDir={atis_with_a_typo.parent}", "--json")
+    report = json.loads(out)
+    assert code == 1 and _real_errors(report["errors"]) == WANTED
+    (typo,) = [e for e in report["errors"] if e["stream"] == "S9"]
+    assert typo["line"] == TYPO_LINE and "not among the streams given by reader section 'reader'" in typo["reason"]
+    assert report["files"][0]["warnings"] == [
+        "input 'S1' is not among the streams given by reader section 'reader': its 4,978 samples are skipped "
+        "(first at line 1)"
+    ]
+
+
 def test_errors_of_sequences_dropped_for_a_missing_input_are_listed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -27,12 +27,20 @@ from cntkio._src.cli.common import (
     stream_spec,
     write_json,
 )
-from cntkio._src.cli.inspect_ctf import SHOWN_PER_GROUP, Progress, Report, compare_streams, inspect_file
+from cntkio._src.cli.inspect_ctf import (
+    SHOWN_PER_GROUP,
+    Progress,
+    Report,
+    compare_streams,
+    inspect_file,
+    unknown_inputs,
+)
 from cntkio._src.cli.inspect_formats import inspect_cbf, inspect_image_map, inspect_mlf, inspect_reader, inspect_scp
 from cntkio._src.cli.report_text import print_report, print_validation, several_dict, validation_dict, write_agreement
 from cntkio._src.common.errors import ConfigError, FormatError
 from cntkio._src.common.progress import Phases
 from cntkio._src.formats import registry
+from cntkio._src.formats.ctf import CTFDeserializer
 from cntkio._src.formats.sniff import detect
 
 DEFAULT_PREVIEW = 3
@@ -249,6 +257,8 @@ def validate_config(
         try:
             for deserializer in source.deserializers:
                 report = inspect_reader(deserializer, progress=progress)
+                if isinstance(deserializer, CTFDeserializer) and report.fatal is None:
+                    unknown_inputs(report, deserializer.filename, f"reader section '{name}'", progress)
                 report.summary["section"] = name
                 report.detected = f"a deserializer of reader section '{name}' of {path}"
                 reports.append(report)

@@ -365,10 +365,12 @@ def progress_chunk_size(size: int) -> int:
     return max(MIN_CHUNK_BYTES, min(DEFAULT_CHUNK_SIZE_IN_BYTES, size // PROGRESS_STEPS))
 
 
-def _unknown_inputs(report: Report, inference: Inference, streams: list[StreamSpec]) -> list[FormatError]:
+def _unknown_inputs(
+    report: Report, inference: Inference, streams: list[StreamSpec], given_by: str = "--stream"
+) -> list[FormatError]:
     """The inputs of the file that are not among ``streams``, in ``report.unknown_inputs`` (counted, as CNTK's
     warning did: their samples are skipped); those seen in only a handful of samples are likely typos: an error
-    at each place. A frequent one (streams given by --stream leave it out) is a note."""
+    at each place. A frequent one (streams ``given_by`` the user leave it out) is a note."""
     aliases = [s.alias for s in streams]
     errors = []
     for found in inference.inputs:
@@ -385,7 +387,7 @@ def _unknown_inputs(report: Report, inference: Inference, streams: list[StreamSp
             of = f" of '{similar}'" if similar else ""
             why = (
                 "not taken for a stream (if it is one, give every stream with --stream)" if report.streams_inferred
-                else "not among the streams given by --stream"
+                else f"not among the streams given by {given_by}"
             )  # fmt: skip
             reason = f"likely a typo{of}: an input {seen}, {why}; its samples are skipped"
             errors += [
@@ -396,7 +398,7 @@ def _unknown_inputs(report: Report, inference: Inference, streams: list[StreamSp
             first = f"line {lines[0]:,}" if lines else "nowhere"
             samples = "its sample is" if found.samples == 1 else f"its {found.samples:,} samples are"
             report.notes.append(
-                f"input '{found.alias}' is not among the streams given by --stream: {samples} skipped "
+                f"input '{found.alias}' is not among the streams given by {given_by}: {samples} skipped "
                 f"(first at {first})"
             )
     return errors
@@ -446,6 +448,16 @@ def _distinct(errors: list[FormatError]) -> list[FormatError]:
             seen.add(key)
             kept.append(e)
     return kept
+
+
+def unknown_inputs(report: Report, path: str, given_by: str, progress: Progress | None = None) -> None:
+    """The inputs of the CTF file ``path`` that are not among the report's streams (those ``given_by`` a config,
+    say), counted and reported as :func:`inspect_file` reports them for ``--stream``: a note each, or a likely-typo
+    error at each place."""
+    scanned = None if progress is None else lambda done, total: progress("scanning", done, total)
+    streams = [s.spec for s in report.streams]
+    typos = _unknown_inputs(report, infer(path, progress=scanned), streams, given_by)
+    report.errors = sorted(report.errors + typos, key=error_order)
 
 
 class ChunkScan:
