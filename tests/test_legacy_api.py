@@ -671,3 +671,12 @@ def test_scale_mean_and_color_of_cntk_2_0() -> None:
         assert C.ImageDeserializer.mean("") == xforms.mean("")
     with pytest.warns(DeprecationWarning, match="transforms.color"):
         assert C.ImageDeserializer.color(0.1, 0.2, 0.3) == xforms.color(0.1, 0.2, 0.3)
+
+
+def test_cntkio_minibatch_source_names_where_cntk_2_0_keywords_are_taken(tmp_path: Path) -> None:
+    """Today's class takes today's keywords; a CNTK 2.0 one says that cntkio.io's class takes it (a bare TypeError
+    before)."""
+    with pytest.raises(TypeError, match=r"'epoch_size' \(a CNTK 2.0 spelling: cntkio.io.MinibatchSource takes it"):
+        cntkio.MinibatchSource(four_samples(tmp_path), epoch_size=0)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'epochs'$"):
+        cntkio.MinibatchSource(four_samples(tmp_path), epochs=1)

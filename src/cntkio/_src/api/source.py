@@ -37,6 +37,17 @@ from cntkio._src.reading.stats import ReaderStats, StageClock
 logger = logging.getLogger("cntkio")
 
 
+# CNTK 2.0's MinibatchSource keywords: cntkio.io.MinibatchSource translates them; here a TypeError says so.
+_CNTK_2_0_KEYWORDS = {
+    name: f"a CNTK 2.0 spelling: cntkio.io.MinibatchSource takes it, or use {today}"
+    for name, today in (
+        ("epoch_size", "max_samples="),
+        ("randomization_window", "randomization_window_in_chunks= or randomization_window_in_samples="),
+        ("sample_based_randomization_window", "randomization_window_in_samples="),
+        ("distributed_after", "next_minibatch(..., num_data_partitions=, partition_index=)"),
+    )
+}
+
 Readers = Deserializer | ReadsAsDeserializer | Sequence[Deserializer | ReadsAsDeserializer | DeserializerGroup]
 
 
@@ -111,8 +122,15 @@ class MinibatchSource:
         strict: bool = False,
         length_mismatch: LengthMismatch | str = LengthMismatch.PAD,
         bucket_by_length: int = 0,
+        **unknown: Any,
     ):
         self._closed = True  # until construction succeeds
+        if unknown:
+            name = sorted(unknown)[0]
+            raise TypeError(
+                f"MinibatchSource() got an unexpected keyword argument {name!r}"
+                + (f" ({_CNTK_2_0_KEYWORDS[name]})" if name in _CNTK_2_0_KEYWORDS else "")
+            )
         deserializers = flatten_deserializers(deserializers)
         if not deserializers:
             raise ConfigError("at least one deserializer is required")
