@@ -162,9 +162,9 @@ def _randomize(value: Value | None) -> tuple[bool, int | None]:
     text = "auto" if value is None else value.text.lower()
     if text in ("auto", "none"):
         return text == "auto", None
-    if text.isdigit() and int(text) > 1:
-        return True, int(text)
     assert value is not None
+    if text.isascii() and text.isdigit() and value.as_int() > 1:
+        return True, value.as_int()
     return value.as_bool(), None
 
 

@@ -9,6 +9,11 @@ separator right after an opening brace; ``$name$`` variables resolved in the rea
 A key given twice keeps the last value; two sections under one key merge (later keys win), which is how
 command-line overrides such as ``Train=[reader=[randomize=false]]`` applied.
 
+Hostile or odd text gets a :class:`ConfigError` naming the file and line, in time linear in the text: blocks nest at
+most :data:`MAX_NESTING` deep, a value's variables expand to at most :data:`MAX_EXPANDED_CHARS` characters (each
+value is expanded once, chains of any length without recursion; a cycle is named), a numeric list holds at most
+:data:`MAX_REPEATED_NUMBERS` numbers (``NUMBER*COUNT``: COUNT a whole number >= 1), integers fit in 64 bits.
+
 Example::
 
     config = parse_config("root = /d\\nTrain = [ reader = [ file = $root$/x.ctf ; randomize ] ]")
@@ -20,6 +25,8 @@ Example::
 from __future__ import annotations
 
 import bisect
+import functools
+import math
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -32,18 +39,35 @@ RECORD_SEPARATORS = "\n,;"
 CUSTOM_SEPARATORS = "`~!@$%^&*_-+|:;,?."
 _KEY = re.compile(r"[^\s=\[\]{}()\"$#]+")
 _NAME_AND_DOLLAR = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)\$")
+_REFERENCE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_.]*)\$")
+_INTEGER = re.compile(r"[+-]?\d+")
 _TRUE = {"true", "t", "1"}
 _FALSE = {"false", "f", "0", ""}
 
+#: Blocks (``[ ]``, ``{ }``, ``( )``) nested deeper than this are an error naming the line of the one too deep.
+MAX_NESTING = 1000
+#: A value whose ``$variables$`` expand to more characters than this (or than it has itself, if more) is an error:
+#: a chain of variables that each repeat the one before (``v2 = $v1$$v1$``) doubles at every step.
+MAX_EXPANDED_CHARS = 1 << 20
+#: A numeric list (``NUMBER*COUNT`` repeats included) longer than this is an error.
+MAX_REPEATED_NUMBERS = 1 << 20
+_INT64 = 1 << 63
+_SHOWN_CHARS = 60  # of a value quoted in a message
+
 
 class ConfigText:
-    """One piece of config text (a file, a string, an override) with its comments blanked out."""
+    """One piece of config text (a file, a string, an override) with its comments blanked out.
+
+    Where every brace block closes is found once, in one pass over the text, the first time it is needed
+    (:meth:`closing`); each section then scans only the characters at its own top level, jumping over the blocks
+    inside, so parsing is linear in the text however deep the nesting."""
 
     def __init__(self, content: str, name: str):
         self.name = name
         self.raw = content
         self.clean = _blank_comments(content)
         self._line_starts = [0] + [m.end() for m in re.finditer("\n", content)]
+        self._closing: dict[int, int] | None = None
 
     def line(self, offset: int) -> int:
         """1-based line of ``offset``."""
@@ -52,31 +76,101 @@ class ConfigText:
     def where(self, offset: int) -> str:
         return f"{self.name}:{self.line(offset)}"
 
+    def closing(self) -> dict[int, int]:
+        """Offset of every opening brace -> offset of the brace closing it (outside double quotes). Raises the first
+        structural error of the whole text, as reading its top level always did: a brace closed by the wrong kind, a
+        brace or a double quote never closed, blocks nested more than :data:`MAX_NESTING` deep. A closing brace
+        with no opening one at the top level is left out (CNTK ran configs with one; :func:`split_top_level`)."""
+        if self._closing is not None:
+            return self._closing
+        clean = self.clean
+        closing: dict[int, int] = {}
+        stack: list[int] = []
+        search = _scanner("").search
+        position = 0
+        while (found := search(clean, position)) is not None:
+            i = found.start()
+            c = clean[i]
+            position = i + 1
+            if c == '"':
+                end = clean.find('"', position)
+                if end < 0:
+                    raise ConfigError(f"{self.where(i)}: a double quote is not closed")
+                position = end + 1
+            elif c in OPENERS:
+                stack.append(i)
+                if len(stack) > MAX_NESTING:
+                    raise ConfigError(
+                        f"{self.where(i)}: blocks are nested more than {MAX_NESTING} deep (the outermost open one "
+                        f"starts at line {self.line(stack[0])})"
+                    )
+            elif stack:
+                opener = stack.pop()
+                if OPENERS[clean[opener]] != c:
+                    raise ConfigError(
+                        f"{self.where(i)}: '{c}' closes '{clean[opener]}' opened at line {self.line(opener)}; "
+                        f"expected '{OPENERS[clean[opener]]}'"
+                    )
+                closing[opener] = i
+        if stack:
+            raise ConfigError(f"{self.where(stack[-1])}: '{clean[stack[-1]]}' is never closed")
+        self._closing = closing
+        return closing
+
+
+@functools.cache
+def _scanner(characters: str) -> re.Pattern[str]:
+    """Finds the next double quote, brace or one of ``characters``."""
+    return re.compile("[" + re.escape('"[]{}()' + characters) + "]")
+
+
+_COMMENT_MARKS = re.compile(r'["\n#]')
+_NOT_BLANK = re.compile(r"[^ \t\r]")
+_NOT_SPACE = re.compile(r"\S")
+
 
 def _blank_comments(text: str) -> str:
     """``text`` with every comment replaced by spaces (offsets unchanged): ``#`` at a line's first non-blank
     character or after a space or tab, outside double quotes, up to the end of the line."""
-    out = list(text)
+    pieces: list[str] = []
+    kept = 0  # text[kept:] is not copied yet
     in_quote = False
-    line_start = True  # only blanks since the start of the line
-    i = 0
-    while i < len(out):
-        c = out[i]
+    line_begin = 0
+    first_solid = -1  # offset of the current line's first non-blank character (-1: not looked for yet)
+    position = 0
+    while (found := _COMMENT_MARKS.search(text, position)) is not None:
+        i = found.start()
+        c = text[i]
+        position = i + 1
         if c == "\n":
-            in_quote, line_start = False, True
+            in_quote, line_begin, first_solid = False, i + 1, -1
         elif c == '"':
             in_quote = not in_quote
-            line_start = False
-        elif c == "#" and not in_quote and (line_start or out[i - 1] in " \t"):
-            end = text.find("\n", i)
-            end = len(out) if end < 0 else end
-            out[i:end] = " " * (end - i)
-            i = end
-            continue
-        elif c not in " \t\r":
-            line_start = False
-        i += 1
-    return "".join(out)
+        elif not in_quote:
+            if first_solid < 0:
+                solid = _NOT_BLANK.search(text, line_begin)
+                first_solid = len(text) if solid is None else solid.start()
+            if i == first_solid or text[i - 1] in " \t":
+                end = text.find("\n", i)
+                end = len(text) if end < 0 else end
+                pieces += (text[kept:i], " " * (end - i))
+                kept = position = end
+    pieces.append(text[kept:])
+    return "".join(pieces)
+
+
+def _shown(text: str) -> str:
+    """``text`` quoted for a message, cut when long."""
+    if len(text) <= _SHOWN_CHARS:
+        return repr(text)
+    return f"{text[:_SHOWN_CHARS]!r}... ({len(text):,} characters)"
+
+
+def _chain(keys: list[str], what: str) -> str:
+    """``a -> b -> c`` for a message, with the middle left out when long."""
+    if len(keys) <= 7:
+        return " -> ".join(keys)
+    return " -> ".join([*keys[:3], "...", *keys[-3:]]) + f"; {what}"
 
 
 @dataclass(frozen=True)
@@ -91,102 +185,102 @@ class Span:
     def content(self) -> str:
         return self.text.clean[self.start : self.end]
 
+    def head(self, length: int = _SHOWN_CHARS) -> str:
+        """The first ``length`` characters (for messages; no copy of a long block)."""
+        return self.text.clean[self.start : min(self.end, self.start + length)]
+
     def where(self) -> str:
         return self.text.where(self.start)
 
     def trimmed(self) -> Span:
-        content = self.content
-        left = len(content) - len(content.lstrip())
-        right = len(content.rstrip())
-        return Span(self.text, self.start + left, self.start + max(left, right))
+        clean = self.text.clean
+        solid = _NOT_SPACE.search(clean, self.start, self.end)
+        if solid is None:
+            return Span(self.text, self.end, self.end)
+        end = self.end
+        while clean[end - 1].isspace():
+            end -= 1
+        return Span(self.text, solid.start(), end)
+
+    @property
+    def empty(self) -> bool:
+        return self.start >= self.end
 
     def error(self, message: str) -> ConfigError:
         return ConfigError(f"{self.where()}: {message}")
 
 
 def split_top_level(span: Span, separators: str, *, tolerate_stray_closers: bool = False) -> list[Span]:
-    """The pieces of ``span`` between separators outside quotes and braces (braces must match)."""
+    """The pieces of ``span`` between separators outside quotes and braces (braces must match). Blocks are jumped
+    over (:meth:`ConfigText.closing`): only the characters at ``span``'s own top level are looked at."""
     text, clean = span.text, span.text.clean
+    closing = text.closing()
+    search = _scanner(separators).search
     pieces: list[Span] = []
-    stack: list[int] = []
-    in_quote = False
-    piece_start = span.start
-    for i in range(span.start, span.end):
+    piece_start = position = span.start
+    while (found := search(clean, position, span.end)) is not None:
+        i = found.start()
         c = clean[i]
-        if in_quote:
-            in_quote = c != '"'
-        elif c == '"':
-            in_quote = True
-        elif c in OPENERS:
-            stack.append(i)
-        elif c in CLOSERS:
-            if not stack:
-                if tolerate_stray_closers:  # CNTK ran configs with a stray closing brace at the top level
-                    pieces.append(Span(text, piece_start, i))
-                    piece_start = i + 1
-                    continue
-                raise ConfigError(f"{text.where(i)}: '{c}' without a matching opening brace")
-            opener = stack.pop()
-            if OPENERS[clean[opener]] != c:
-                raise ConfigError(
-                    f"{text.where(i)}: '{c}' closes '{clean[opener]}' opened at line {text.line(opener)}; "
-                    f"expected '{OPENERS[clean[opener]]}'"
-                )
-        elif not stack and c in separators:
-            pieces.append(Span(text, piece_start, i))
-            piece_start = i + 1
-    if in_quote:
-        raise span.error("a double quote is not closed")
-    if stack:
-        raise ConfigError(f"{text.where(stack[-1])}: '{clean[stack[-1]]}' is never closed")
-    pieces.append(Span(text, piece_start, span.end))
-    return [piece.trimmed() for piece in pieces if piece.content.strip()]
-
-
-def _unquoted(content: str) -> Iterator[tuple[int, str, int]]:
-    """``(index, character, brace depth before it)`` for every character of ``content`` outside double quotes."""
-    depth, in_quote = 0, False
-    for i, c in enumerate(content):
-        if in_quote:
-            in_quote = c != '"'
-            continue
         if c == '"':
-            in_quote = True
-            continue
-        yield i, c, depth
-        if c in OPENERS:
-            depth += 1
-        elif c in CLOSERS:
-            depth -= 1
+            end = clean.find('"', i + 1, span.end)
+            if end < 0:
+                raise ConfigError(f"{text.where(i)}: a double quote is not closed")
+            position = end + 1
+        elif c in OPENERS:
+            position = closing[i] + 1
+        elif c in CLOSERS and not tolerate_stray_closers:
+            raise ConfigError(f"{text.where(i)}: '{c}' without a matching opening brace")
+        else:  # a separator, or a stray closing brace at the top level (CNTK ran configs with one)
+            pieces.append(Span(text, piece_start, i))
+            piece_start = position = i + 1
+    pieces.append(Span(text, piece_start, span.end))
+    return [piece for piece in (piece.trimmed() for piece in pieces) if not piece.empty]
 
 
-def _matching_close(span: Span) -> int:
-    """Offset of the brace closing the one that starts ``span`` (-1 if ``span`` does not start with one)."""
-    content = span.content
-    if not content or content[0] not in OPENERS:
-        return -1
-    for i, c, depth in _unquoted(content):
-        if c in CLOSERS and depth == 1:
-            return span.start + i
+def _top_level_index(span: Span, characters: str) -> int:
+    """Offset of the first of ``characters`` outside quotes and braces in ``span`` (an opening brace among
+    ``characters`` is found itself), -1 if there is none."""
+    clean = span.text.clean
+    closing = span.text.closing()
+    search = _scanner(characters).search
+    position = span.start
+    while (found := search(clean, position, span.end)) is not None:
+        i = found.start()
+        c = clean[i]
+        if c in characters:
+            return i
+        if c == '"':
+            end = clean.find('"', i + 1, span.end)
+            if end < 0:
+                return -1
+            position = end + 1
+        elif c in OPENERS:
+            position = closing[i] + 1
+        else:
+            position = i + 1
     return -1
 
 
 def _is_enclosed(span: Span, opener: str) -> bool:
     """Whether ``span`` is one brace block opened by one of ``opener``'s characters."""
-    return span.start < span.end and span.text.clean[span.start] in opener and _matching_close(span) == span.end - 1
+    return (
+        span.start < span.end
+        and span.text.clean[span.start] in opener
+        and span.text.closing().get(span.start) == span.end - 1
+    )
 
 
 def _body(span: Span) -> tuple[Span, str | None]:
     """The inside of a brace block and its custom separator (a special character right after the opening brace,
     except the starts of paths ``..``, ``./``, ``.\\``, ``\\\\`` and of a ``$variable$``)."""
-    inner = Span(span.text, span.start + 1, span.end - 1)
-    content = inner.content
-    if content and content[0] in CUSTOM_SEPARATORS:
-        path_start = content.startswith(("..", "./", ".\\", "\\\\"))
-        variable = content[0] == "$" and _NAME_AND_DOLLAR.match(content, 1) is not None
+    clean = span.text.clean
+    start, end = span.start + 1, span.end - 1
+    if start < end and clean[start] in CUSTOM_SEPARATORS:
+        path_start = clean.startswith(("..", "./", ".\\", "\\\\"), start, end)
+        variable = clean[start] == "$" and _NAME_AND_DOLLAR.match(clean, start + 1, end) is not None
         if not path_start and not variable:
-            return Span(span.text, inner.start + 1, inner.end), content[0]
-    return inner, None
+            return Span(span.text, start + 1, end), clean[start]
+    return Span(span.text, start, end), None
 
 
 class Value:
@@ -197,6 +291,8 @@ class Value:
         self.key = key
         self.span = span
         self.scope = scope
+        self._expanded: str | None = None  # the text with its variables substituted, once it was asked for
+        self._multiline: bool | None = None
 
     @property
     def where(self) -> str:
@@ -217,16 +313,17 @@ class Value:
 
     def _reference(self) -> Value | None:
         """The block a whole-value ``$name$`` refers to, following references (so a section can be given by
-        name); None if this is not such a reference, or the chain does not end at a block."""
-        value, seen = self, set()
+        name); None if this is not such a reference, or the chain does not end at a block (or goes round)."""
+        value, seen = self, {id(self)}
         while True:
-            match = re.fullmatch(r"\$([A-Za-z_][A-Za-z0-9_.]*)\$", value.span.content)
-            if match is None or match.group(1).lower() in seen:
-                return value if value is not self and _is_enclosed(value.span, "[{(") else None
-            seen.add(match.group(1).lower())
+            span = value.span
+            match = _REFERENCE.fullmatch(span.text.clean, span.start, span.end)
+            if match is None:
+                return value if value is not self and _is_enclosed(span, "[{(") else None
             target = value.scope.find(match.group(1))
-            if target is None:
+            if target is None or id(target) in seen:
                 return None
+            seen.add(id(target))
             value = target
 
     def as_section(self) -> Section:
@@ -235,14 +332,24 @@ class Value:
         reference = self._reference()
         if reference is not None and _is_enclosed(reference.span, "[{"):
             return reference.as_section()
-        raise self.error(f"expected a [ ... ] or {{ ... }} block, got {self.span.content[:40]!r}")
+        raise self.error(f"expected a [ ... ] or {{ ... }} block, got {self.span.head(40)!r}")
 
     @property
     def text(self) -> str:
         """The value as a string: variables substituted, enclosing double quotes removed."""
         if _is_enclosed(self.span, "[{("):
             raise self.error("expected a value, got a block")
-        return self.scope.substitute(_unquote(self.span.content), self)
+        return _expand(self)
+
+    def _written(self) -> str:
+        """The value as written, enclosing double quotes removed (variables not substituted)."""
+        return _unquote(self.span.content)
+
+    def _spans_lines(self) -> bool:
+        if self._multiline is None:
+            span = self.span
+            self._multiline = span.text.clean.find("\n", span.start, span.end) >= 0
+        return self._multiline
 
     def as_bool(self) -> bool:
         text = self.text
@@ -250,20 +357,24 @@ class Value:
             return True
         if text.lower() in _FALSE:
             return False
-        raise self.error(f"expected a boolean (true/false), got {text!r}")
+        raise self.error(f"expected a boolean (true/false), got {_shown(text)}")
 
     def as_int(self) -> int:
+        """A decimal integer that fits in 64 bits (signed)."""
         text = self.text.strip()
-        if not re.fullmatch(r"[+-]?\d+", text):
-            raise self.error(f"expected an integer, got {text!r}")
-        return int(text)
+        if not _INTEGER.fullmatch(text):
+            raise self.error(f"expected an integer, got {_shown(text)}")
+        number = int(text) if len(text) <= 20 else _INT64
+        if not -_INT64 <= number < _INT64:
+            raise self.error(f"expected a 64-bit integer, got {_shown(text)}")
+        return number
 
     def as_float(self) -> float:
         text = self.text.strip()
         try:
             return float(text)
         except ValueError:
-            raise self.error(f"expected a number, got {text!r}") from None
+            raise self.error(f"expected a number, got {_shown(text)}") from None
 
     def elements(self) -> list[Value]:
         """The elements of an array ``( a : b )``; a section alone is a one-element list, and a scalar is split
@@ -279,29 +390,130 @@ class Value:
         return [Value(self.key, piece, self.scope) for piece in split_top_level(self.span, ":")]
 
     def as_numbers(self) -> list[float]:
-        """A numeric list; ``x*n`` repeats ``x`` n times (``1*3:2`` is 1, 1, 1, 2)."""
+        """A non-empty numeric list; ``x*n`` repeats ``x`` n times (``1*3:2`` is 1, 1, 1, 2): n a whole number
+        >= 1, and at most :data:`MAX_REPEATED_NUMBERS` numbers in all."""
         numbers: list[float] = []
         for element in self.elements():
             text = element.text.strip()
             value, _, repeat = text.partition("*")
             try:
                 number = float(value)
-                times = int(float(repeat)) if repeat else 1
+                count = float(repeat) if repeat else 1.0
             except ValueError:
-                raise element.error(f"expected a number or NUMBER*COUNT, got {text!r}") from None
-            numbers += [number] * times
+                raise element.error(f"expected a number or NUMBER*COUNT, got {_shown(text)}") from None
+            if not (math.isfinite(count) and count.is_integer() and count >= 1):
+                raise element.error(f"in NUMBER*COUNT, COUNT must be a whole number >= 1, got {_shown(repeat)}")
+            if len(numbers) + count > MAX_REPEATED_NUMBERS:
+                raise element.error(
+                    f"{_shown(text)} repeats {int(count)} times; at most {MAX_REPEATED_NUMBERS:,} numbers in a list"
+                )
+            numbers += [number] * int(count)
+        if not numbers:
+            raise self.error(f"expected at least one number, got {self.span.head(40)!r}")
         return numbers
 
     def as_ints(self) -> list[int]:
+        """:meth:`as_numbers`, each a whole number that fits in 64 bits (signed)."""
         numbers = self.as_numbers()
-        if any(n != int(n) for n in numbers):
-            raise self.error(f"expected whole numbers, got {self.text!r}")
+        if not all(math.isfinite(n) and n.is_integer() and -_INT64 <= n < _INT64 for n in numbers):
+            raise self.error(f"expected whole numbers, got {_shown(self.text)}")
         return [int(n) for n in numbers]
 
 
 def _unquote(text: str) -> str:
     text = text.strip()
     return text[1:-1] if len(text) >= 2 and text[0] == '"' and text[-1] == '"' else text
+
+
+@dataclass
+class _Expansion:
+    """A value whose variables are being substituted (:func:`_expand`): what is done so far."""
+
+    value: Value
+    text: str  # as written
+    limit: int
+    position: int = 0  # in ``text``: the rest is still to do
+    size: int = 0
+    parts: list[str] | None = None
+
+    def add(self, piece: str, trail: list[_Expansion]) -> None:
+        self.size += len(piece)
+        if self.size > self.limit:
+            keys = [step.value.key for step in trail]
+            raise self.value.error(
+                f"expands to more than {MAX_EXPANDED_CHARS:,} characters ({_chain(keys, f'{len(keys)} levels')}): "
+                "variables that repeat a variable multiply its length"
+            )
+        if self.parts is None:
+            self.parts = []
+        self.parts.append(piece)
+
+
+def _expand(root: Value) -> str:
+    """``root``'s text with every ``$name$`` replaced, looked up from the section each value was written in;
+    ``$$`` and unknown names are errors, as is a variable that refers to itself, one that is a block or spans
+    several lines, and a value that grows past :data:`MAX_EXPANDED_CHARS`.
+
+    Without recursion (a chain of any length), and each value is expanded once (kept in ``Value._expanded``):
+    linear in the values and references involved, whatever repeats what."""
+    if root._expanded is not None:
+        return root._expanded
+    written = root._written()
+    if "$" not in written:
+        root._expanded = written
+        return written
+    stack = [_Expansion(root, written, max(MAX_EXPANDED_CHARS, len(written)))]
+    active = {id(root): 0}  # values being expanded -> their place in the stack
+    while stack:
+        step = stack[-1]
+        value, text = step.value, step.text
+        pushed = False
+        while not pushed:
+            dollar = text.find("$", step.position)
+            if dollar < 0:
+                step.add(text[step.position :], stack)
+                break
+            step.add(text[step.position : dollar], stack)
+            match = _NAME_AND_DOLLAR.match(text, dollar + 1)
+            if match is None:
+                if text.startswith("$$", dollar):
+                    raise value.error(f"'$$' in {_shown(text)} (a variable is written $name$)")
+                step.add("$", stack)
+                step.position = dollar + 1
+                continue
+            name = match.group(1)
+            target = value.scope.variable(name, value)
+            if id(target) in active:
+                keys = [s.value.key for s in stack[active[id(target)] :]] + [target.key]
+                raise target.error(
+                    f"variable ${target.key}$ refers to itself ({_chain(keys, f'{len(keys) - 1} variables')})"
+                )
+            if _is_enclosed(target.span, "[{("):
+                raise value.error(f"variable ${name}$ is a block ({target.where}); it cannot be part of a value")
+            if target._spans_lines():
+                raise value.error(f"variable ${name}$ spans several lines and cannot be substituted")
+            step.position = match.end()
+            if target._expanded is not None:
+                step.add(target._expanded, stack)
+                continue
+            written = target._written()
+            if "$" not in written:
+                target._expanded = written
+                step.add(written, stack)
+                continue
+            active[id(target)] = len(stack)
+            stack.append(_Expansion(target, written, max(MAX_EXPANDED_CHARS, len(written))))
+            pushed = True
+        if pushed:
+            continue
+        done = stack.pop()
+        del active[id(done.value)]
+        result = "".join(done.parts or ())
+        done.value._expanded = result
+        if stack:
+            stack[-1].add(result, stack)
+    assert root._expanded is not None
+    return root._expanded
 
 
 class Section:
@@ -316,6 +528,7 @@ class Section:
         self.sources = sources
         self.parent = parent
         self._entries: dict[str, list[Value]] | None = None
+        self._found: dict[str, Value | None] = {}  # find()'s answers (the sections never change once parsed)
 
     def child_name(self, key: str) -> str:
         return f"{self.name}.{key}" if self.name else key
@@ -358,13 +571,16 @@ class Section:
 
     def find(self, key: str) -> Value | None:
         """``key`` in this section or, failing that, the nearest parent (CNTK's parameter lookup)."""
+        lower = key.lower()
+        if lower in self._found:
+            return self._found[lower]
         section: Section | None = self
-        while section is not None:
+        value = None
+        while section is not None and value is None:
             value = section.get(key)
-            if value is not None:
-                return value
             section = section.parent
-        return None
+        self._found[lower] = value
+        return value
 
     def section(self, key: str) -> Section:
         """The sub-section ``key`` (merged over every place it was given)."""
@@ -392,38 +608,6 @@ class Section:
             )
         return value
 
-    def substitute(self, text: str, user: Value, resolving: tuple[str, ...] = ()) -> str:
-        """``text`` with every ``$name$`` replaced; ``$$`` and unknown names are errors."""
-        if "$" not in text:
-            return text
-        out: list[str] = []
-        i = 0
-        while i < len(text):
-            c = text[i]
-            if c != "$":
-                out.append(c)
-                i += 1
-                continue
-            match = _NAME_AND_DOLLAR.match(text, i + 1)
-            if match is None:
-                if text.startswith("$$", i):
-                    raise user.error(f"'$$' in {text!r} (a variable is written $name$)")
-                out.append(c)
-                i += 1
-                continue
-            name = match.group(1)
-            if name.lower() in resolving:
-                raise user.error(f"variable ${name}$ refers to itself ({' -> '.join((*resolving, name))})")
-            target = self.variable(name, user)
-            if _is_enclosed(target.span, "[{("):
-                raise user.error(f"variable ${name}$ is a block ({target.where}); it cannot be part of a value")
-            replacement = _unquote(target.span.content)
-            if "\n" in replacement:
-                raise user.error(f"variable ${name}$ spans several lines and cannot be substituted")
-            out.append(target.scope.substitute(replacement, target, (*resolving, name.lower())))
-            i = match.end()
-        return "".join(out)
-
     def values(self) -> Iterator[Value]:
         for layers in self._parse().values():
             yield layers[-1]
@@ -431,29 +615,24 @@ class Section:
 
 def _record(span: Span, scope: Section) -> Value:
     """``key = value``, ``key [ ... ]`` or a bare ``key`` (``true``)."""
-    content = span.content
-    cut = _top_level_index(content, "=")
+    clean = span.text.clean
+    cut = _top_level_index(span, "=")
     if cut >= 0:
-        key, value_start = content[:cut].strip(), span.start + cut + 1
+        key, value_start = clean[span.start : cut].strip(), cut + 1
     else:
-        brace = _top_level_index(content, "[{(")
+        brace = _top_level_index(span, "[{(")
         if brace < 0:
-            key, value_start = content.strip(), -1
+            key, value_start = span.content.strip(), -1
         else:
-            key, value_start = content[:brace].strip(), span.start + brace
+            key, value_start = clean[span.start : brace].strip(), brace
     if not _KEY.fullmatch(key):
-        raise span.error(f"expected 'key = value', got {content.strip()[:60]!r}")
+        raise span.error(f"expected 'key = value', got {span.head(200).strip()[:60]!r}")
     if value_start < 0:
         return Value(key, Span(ConfigText("true", span.text.name), 0, 4), scope)
     value = Span(span.text, value_start, span.end).trimmed()
-    if not value.content:
+    if value.empty:
         raise span.error(f"'{key}' has an empty value (write {key}=[] for an empty section)")
     return Value(key, value, scope)
-
-
-def _top_level_index(content: str, characters: str) -> int:
-    """Index of the first of ``characters`` outside quotes and braces, -1 if there is none."""
-    return next((i for i, c, depth in _unquoted(content) if c in characters and depth == 0), -1)
 
 
 def parse_config(
