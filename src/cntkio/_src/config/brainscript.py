@@ -55,6 +55,8 @@ def _read(path_or_text: str | os.PathLike[str]) -> tuple[str, str, str]:
     if not isinstance(path_or_text, os.PathLike) and any(c in path_or_text for c in "=\n[{"):
         return path_or_text, "<config text>", os.getcwd()
     path = Path(path_or_text)
+    if "\x00" in str(path):
+        raise ConfigError(f"cannot read the config {str(path)!r}: a file name cannot hold a NUL byte (\\x00)")
     try:
         data = path.read_bytes()
     except OSError as error:

@@ -26,6 +26,7 @@ from cntkio._src.formats.ctf import DEFAULT_CHUNK_SIZE_IN_BYTES, CTFDeserializer
 from cntkio._src.formats.htk_features import HTKFeatureDeserializer
 from cntkio._src.formats.htk_labels import HTKMLFDeserializer
 from cntkio._src.formats.image import Base64ImageDeserializer, ImageDeserializer
+from cntkio._src.formats.mlf import read_mlf_file_list
 from cntkio._src.formats.protocol import Deserializer
 from cntkio._src.formats.registry import Format
 
@@ -537,8 +538,7 @@ def _mlf_file_list(value: Value, context: Context) -> list[str]:
         return [_path(element, context) for element in value.elements()]
     listing = _path(value, context)
     try:
-        with open(listing, encoding="utf-8") as lines:
-            names = [line.strip() for line in lines if line.strip()]
+        names = read_mlf_file_list(listing)
     except OSError as error:
         raise value.error(f"cannot read the MLF list {listing!r}: {error.strerror}") from None
     return [name if os.path.isabs(name) else os.path.join(context.base_dir, name) for name in names]

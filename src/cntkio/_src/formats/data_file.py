@@ -83,14 +83,28 @@ def file_kind(mode: int) -> str:
     )  # fmt: skip
 
 
+def checked_name(path: str, what: str, location: Location | None = None) -> str:
+    """``path``, refused when no file can have that name — it holds a NUL byte, which the OS calls refuse with a bare
+    ``ValueError`` — with a :class:`FormatError` naming ``what`` and ``path`` at ``location`` (where the data named
+    it), or at the file itself. Every name a deserializer is given or finds in its data passes here before the OS
+    opens it (:func:`require_regular_file`, :class:`DataFile`)."""
+    if "\x00" in path:
+        raise FormatError(
+            f"{what} {path!r}: a file name cannot hold a NUL byte (\\x00)",
+            location or Location(path.replace("\x00", "\\x00"), 0),
+        )
+    return path
+
+
 def require_regular_file(path: str, what: str, location: Location | None = None, *, pipe: bool = False) -> None:
     """Refuses ``path`` unless it is a regular file (or, with ``pipe``, a pipe: a listing given as ``<(...)`` is read
     once), from one ``stat`` before it is opened: opening a FIFO waits for a writer, and a device such as
     ``/dev/zero`` never ends. A :class:`FormatError` names ``what`` and ``path`` at ``location`` (where the data
-    named it), or at the file itself; a path that cannot be stat'ed is left to the open that follows."""
+    named it), or at the file itself; so does a name no file can have (:func:`checked_name`). A path that cannot be
+    stat'ed is left to the open that follows."""
     try:
-        mode = os.stat(path).st_mode
-    except (OSError, ValueError):
+        mode = os.stat(checked_name(path, what, location)).st_mode
+    except OSError:
         return
     if stat.S_ISREG(mode) or (pipe and stat.S_ISFIFO(mode)):
         return
@@ -111,6 +125,8 @@ class DataFile:
 
     def __init__(self, path: str, kind: str, *, allow_empty: bool = False):
         self.path = path
+        self.fd = -1
+        checked_name(path, f"{kind} file")
         try:
             # O_NONBLOCK: opening a FIFO must not wait for a writer (it is then refused below)
             fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
@@ -226,7 +242,7 @@ def read_whole(paths: Sequence[str], parse: Callable[[], T]) -> tuple[T, list[Fi
 def _regular_identity(path: str) -> FileIdentity | None:
     try:
         info = os.stat(path)
-    except OSError:
+    except (OSError, ValueError):  # (a NUL in the name: refused, named, by the parse)
         return None
     return FileIdentity.of(info) if stat.S_ISREG(info.st_mode) else None
 

@@ -27,7 +27,7 @@ from cntkio import _native
 from cntkio._src.common.arrays import narrow_lengths
 from cntkio._src.common.errors import ConfigError, FormatError, Location
 from cntkio._src.common.streams import StreamDefs, StreamInformation, iter_stream_defs, parse_precision
-from cntkio._src.formats.data_file import DataFile, FileIdentity, read_whole, rebuild_unchanged
+from cntkio._src.formats.data_file import DataFile, FileIdentity, checked_name, read_whole, rebuild_unchanged
 from cntkio._src.formats.error_ledger import ErrorLedger
 from cntkio._src.formats.htk_files import HTKHeader, read_header_at
 from cntkio._src.formats.identity import array_digest
@@ -665,7 +665,7 @@ def _narrow(values: np.ndarray) -> np.ndarray:
 
 
 def _file_fingerprint(path: str) -> list[Any]:
-    info = os.stat(path)
+    info = os.stat(checked_name(path, "SCP file"))
     return [os.path.basename(path), info.st_size, info.st_mtime_ns]
 
 

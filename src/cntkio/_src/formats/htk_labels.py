@@ -16,7 +16,7 @@ import numpy as np
 from cntkio._src.common.arrays import narrow_lengths
 from cntkio._src.common.errors import ConfigError, FormatError, Location
 from cntkio._src.common.streams import StreamInformation, iter_stream_defs, parse_precision
-from cntkio._src.formats.data_file import FileIdentity, read_whole, rebuild_unchanged
+from cntkio._src.formats.data_file import FileIdentity, checked_name, read_whole, rebuild_unchanged
 from cntkio._src.formats.error_ledger import ErrorLedger
 from cntkio._src.formats.identity import array_digest
 from cntkio._src.formats.mlf import InvalidEntry, MlfIndex, check_max_errors, parse_mlf, read_state_list
@@ -42,7 +42,7 @@ def _paths(value: Any, what: str) -> list[str]:
 
 def _stat(path: str) -> tuple[int, int]:
     try:
-        info = os.stat(path)
+        info = os.stat(checked_name(path, "MLF file"))
     except OSError as e:
         raise FileNotFoundError(f"cannot open MLF file '{path}': {e.strerror}") from e
     return info.st_size, info.st_mtime_ns

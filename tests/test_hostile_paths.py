@@ -1,0 +1,106 @@
+"""Paths and files that are hostile or odd (issue 24 §2.7): every error has cntkio's types and a location — a NUL in
+a path (was ``ValueError: embedded null byte``), a corrupt zip item (``zlib.error``, ``LZMAError``), an MLF path that
+is a directory when it is opened (``RuntimeError``) — and ``close()`` from another thread while a chunk loads with
+prefetch off (``InvalidStateError`` in the reading thread)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from cntkio import (
+    Base64ImageDeserializer,
+    CBFDeserializer,
+    ConfigError,
+    CTFDeserializer,
+    FormatError,
+    HTKFeatureDeserializer,
+    HTKMLFDeserializer,
+    ImageDeserializer,
+    StreamDef,
+    StreamDefs,
+)
+from cntkio._src.formats.htk_files import read_header
+from cntkio._src.formats.image_map import parse_image_map
+from cntkio._src.formats.mlf import parse_mlf, read_mlf_file_list, read_state_list
+from cntkio._src.formats.scp import parse_scp
+from cntkio.brainscript import load_config, reader_plan
+from cntkio.htk import write_archive, write_scp
+
+NUL = "\x00"
+HANG_GUARD = 120  # seconds: a deadlock of the case under test, not a performance bar
+
+
+def image_streams() -> StreamDefs:
+    return StreamDefs(image=StreamDef(field="image", transforms=[]), label=StreamDef(field="label", shape=2))
+
+
+# --- a NUL in a path -------------------------------------------------------------------------------------------------
+
+NAMED_BY_THE_USER: dict[str, Callable[[str], Any]] = {
+    "CTF": lambda p: CTFDeserializer(p, StreamDefs(x=StreamDef(field="x", shape=1))),
+    "CBF": lambda p: CBFDeserializer(p),
+    "image map": lambda p: ImageDeserializer(p, image_streams()),
+    "Base64 image file": lambda p: Base64ImageDeserializer(p, image_streams()),
+    "SCP file": lambda p: HTKFeatureDeserializer(StreamDefs(f=StreamDef(shape=3, scp=p))),
+    "MLF file": lambda p: HTKMLFDeserializer(None, StreamDefs(l=StreamDef(shape=3, mlf=p))),
+    "parse_mlf": lambda p: parse_mlf(p, None, 3),
+    "state list": read_state_list,
+    "MLF file list": read_mlf_file_list,
+    "parse_scp": parse_scp,
+    "parse_image_map": lambda p: parse_image_map(p, label_dim=2),
+    "HTK file": read_header,
+}
+
+
+@pytest.mark.parametrize("kind", list(NAMED_BY_THE_USER))
+def test_a_nul_in_a_path_is_a_format_error_at_the_file(tmp_path: Path, kind: str) -> None:
+    path = str(tmp_path / f"data{NUL}.x")
+    with pytest.raises(FormatError, match=r"a file name cannot hold a NUL byte \(\\x00\)") as error:
+        NAMED_BY_THE_USER[kind](path)
+    assert error.value.file == str(tmp_path / "data\\x00.x")  # printable: the NUL written as \x00
+    assert NUL not in str(error.value)
+
+
+def test_a_nul_in_a_state_list_path(tmp_path: Path) -> None:
+    mlf = tmp_path / "l.mlf"
+    mlf.write_text('#!MLF!#\n"u.lab"\n0 1 a\n.\n')
+    with pytest.raises(FormatError, match=r"state list '.*\\x00.*': a file name cannot hold a NUL byte"):
+        HTKMLFDeserializer(str(tmp_path / f"s{NUL}.list"), StreamDefs(l=StreamDef(shape=1, mlf=str(mlf))))
+
+
+def test_a_nul_in_an_image_path_of_a_map_names_the_map_line(tmp_path: Path) -> None:
+    map_file = tmp_path / "map.txt"
+    map_file.write_text(f"{tmp_path}/a.png\t0\n{tmp_path}/b{NUL}.png\t1\n")
+    images = parse_image_map(str(map_file), label_dim=2)
+    from cntkio._src.formats.image_map import read_image_bytes
+
+    with pytest.raises(FormatError, match=r"image file '.*b\\x00\.png': a file name cannot hold") as error:
+        read_image_bytes(images, 1)
+    assert (error.value.file, error.value.line) == (str(map_file), 2)
+
+
+def test_a_nul_in_an_htk_path_of_an_scp_file_names_the_scp_line(tmp_path: Path) -> None:
+    write_archive(tmp_path / "a.htk", {"u": np.zeros((3, 2), np.float32)})
+    scp = tmp_path / "f.scp"
+    scp.write_text(f"u1={tmp_path}/a.htk[0,2]\nu2={tmp_path}/b{NUL}.htk[0,2]\n")
+    with pytest.raises(FormatError, match=r"a file name cannot hold a NUL byte") as error:
+        HTKFeatureDeserializer(StreamDefs(f=StreamDef(shape=2, scp=str(scp))))
+    assert (error.value.file, error.value.line) == (str(scp), 2)
+
+
+def test_a_nul_in_a_config_path_and_in_an_mlf_list_of_a_config(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"cannot read the config '.*\\x00.*': a file name cannot hold a NUL byte"):
+        load_config(str(tmp_path / f"c{NUL}.cntk"))
+    write_scp(tmp_path / "f.scp", write_archive(tmp_path / "a.htk", {"u": np.zeros((3, 2), np.float32)}))
+    config = tmp_path / "htk.cntk"
+    config.write_text(
+        "reader = [ readerType = HTKMLFReader\n features = [ dim = 2 ; scpFile = f.scp ]\n"
+        f'labels = [ mlfFileList = "l{NUL}.list" ; labelDim = 2 ]\n]\n'
+    )
+    with pytest.raises(FormatError, match=r"MLF file list '.*l\\x00\.list': a file name cannot hold"):
+        reader_plan(config, base_dir=tmp_path)
