@@ -5,6 +5,7 @@ prefetch off (``InvalidStateError`` in the reading thread)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -104,3 +105,23 @@ def test_a_nul_in_a_config_path_and_in_an_mlf_list_of_a_config(tmp_path: Path) -
     )
     with pytest.raises(FormatError, match=r"MLF file list '.*l\\x00\.list': a file name cannot hold"):
         reader_plan(config, base_dir=tmp_path)
+
+
+# --- an MLF that is a directory when it is opened -----------------------------------------------------------------
+
+
+def test_an_mlf_replaced_by_a_directory_after_its_check_is_a_format_error(tmp_path: Path, monkeypatch: Any) -> None:
+    regular = tmp_path / "ok.mlf"
+    regular.write_text('#!MLF!#\n"u.lab"\n0 1 a\n.\n')
+    directory = tmp_path / "labels.mlf"
+    directory.mkdir()
+    real_stat = os.stat
+
+    def stat_before_the_swap(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        # the name was a regular file when it was checked, and is a directory when it is opened
+        return real_stat(regular if os.fspath(path) == str(directory) else path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", stat_before_the_swap)
+    with pytest.raises(FormatError, match="is a directory, not a regular file") as error:
+        parse_mlf(str(directory), None, 3)
+    assert error.value.file == str(directory)

@@ -492,3 +492,42 @@ def test_read_mlf_file_list(tmp_path, monkeypatch):
     assert e.value.line == 2
     with pytest.raises(FileNotFoundError):
         read_mlf_file_list(tmp_path / "missing.list")
+
+
+LONG_UTF8 = "é" * 45  # the parser quotes at most 80 bytes of a field: it cuts this one inside a character
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "column", "message"),
+    [
+        (b'#!MLF!#\n"u.lab"\n0 1 s\xe91\n.\n', 3, 5, r"state 's\\xe91' is not in the state list \(the line is not UTF"),
+        (b'#!ML\xe9F!#\n"u.lab"\n0 1 s1\n.\n', 1, 1, r"must be #!MLF!#, found '#!ML\\xe9F!#' \(the line is not UTF-8"),
+        (b'#!MLF!#\n"u.lab"\n0 x\xe9 s1\n.\n', 3, 3, r"end time 'x\\xe9' is not a number \(the line is not UTF-8"),
+        (
+            f'#!MLF!#\n"u.lab"\n0 1 s1 {LONG_UTF8}\n1 x{LONG_UTF8} s1\n.\n'.encode(),
+            4,
+            3,
+            rf"^[^(]*\(byte offset \d+\): end time 'x{'é' * 39}\.\.\.' is not a number$",
+        ),
+    ],
+    ids=["latin-1 state", "latin-1 header", "latin-1 time", "UTF-8 cut by the parser"],
+)
+def test_text_the_parser_cannot_quote_is_a_format_error_at_its_line(
+    tmp_path: Path, text: bytes, line: int, column: int, message: str
+) -> None:
+    # The native parser's message quoted bytes that are not UTF-8: a bare UnicodeDecodeError, no file, no line.
+    path = write(tmp_path, text)
+    for max_errors in (0, None):
+        with pytest.raises(FormatError, match=message) as error:
+            parse_mlf(path, STATES, 5, max_errors=max_errors)
+        assert (error.value.file, error.value.line, error.value.column) == (path, line, column)
+
+
+def test_an_mlf_that_is_not_utf8_through_the_deserializer(tmp_path: Path) -> None:
+    from cntkio import HTKMLFDeserializer, StreamDef, StreamDefs
+
+    path = write(tmp_path, b'#!MLF!#\n"caf\xe9.lab"\n0 1 a\n.\n"u.lab"\n0 1 \xe9t\xe9\n.\n')
+    states = write(tmp_path, "\n".join(STATES), "states.list")
+    with pytest.raises(FormatError, match=r"state '\\xe9t\\xe9' is not in the state list") as error:
+        HTKMLFDeserializer(states, StreamDefs(l=StreamDef(shape=len(STATES), mlf=path)), max_errors=5)
+    assert (error.value.file, error.value.line) == (path, 6)

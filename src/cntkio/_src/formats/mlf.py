@@ -15,6 +15,9 @@ loaded is made here, while the index is built. ``mlfFileList`` files (one MLF pa
 
 from __future__ import annotations
 
+import codecs
+import contextlib
+import mmap
 import os
 import re
 from dataclasses import dataclass, field
@@ -24,7 +27,7 @@ import numpy as np
 from cntkio import _native
 from cntkio._src.common.errors import ConfigError, FormatError, Location, MaxErrorsExceeded
 from cntkio._src.common.keys import TextKeys, duplicate_keys, join_keys
-from cntkio._src.formats.data_file import require_regular_file
+from cntkio._src.formats.data_file import DataFile, require_regular_file
 
 MAX_REPORTED_KEYS = 10
 MAX_DIM = 65535
@@ -152,12 +155,13 @@ def read_state_list(path: str | os.PathLike[str]) -> list[str]:
 
 def _parse_one(path: str, states: list[str] | None, dim: int) -> _native.MlfParseResult:
     require_regular_file(path, "MLF file")  # read by its size: a FIFO would hang the open, a device read as empty
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    file = DataFile(path, "MLF", allow_empty=True)  # refuses what is not a regular file once open (no race)
     try:
-        size = os.fstat(fd).st_size
-        result = _native.mlf_parse(fd, size, states, dim)
+        result = _native.mlf_parse(file.fd, file.size, states, dim)
+    except UnicodeDecodeError as error:  # a message quoting a line that is not UTF-8 (or cut inside a character)
+        raise _undecodable(file, error) from None
     finally:
-        os.close(fd)
+        file.close()
     fatal = result.fatal
     if fatal is not None:
         message, offset, line, column, key = fatal
@@ -166,6 +170,43 @@ def _parse_one(path: str, states: list[str] | None, dim: int) -> _native.MlfPars
             message, Location(path, int(offset), int(line) or None, int(column) or None, sequence_key=text_key)
         )
     return result
+
+
+def _undecodable(file: DataFile, error: UnicodeDecodeError) -> FormatError:
+    """The error the parser reported about a line it could not give as text — its message quotes bytes that are not
+    UTF-8, or that it cut inside a character — as a :class:`FormatError` at that line: the quoted text is looked for
+    in the file, at the start of a line or of a field. (The parse stops there, whatever ``max_errors`` is.)"""
+    message = bytes(error.object)
+    first, last = message.find(b"'"), message.rfind(b"'")
+    if not 0 <= first < last:
+        return FormatError(message.decode("utf-8", "backslashreplace"), Location(file.path, 0))
+    quoted = message[first + 1 : last]
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    try:  # valid UTF-8 but for a character the parser cut at the end of its quote?
+        shown = decoder.decode(quoted) + ("..." if decoder.getstate()[0] else "")
+        utf8 = True
+    except UnicodeDecodeError:
+        shown, utf8 = quoted.decode("utf-8", "backslashreplace"), False
+    before, after = (part.decode("utf-8", "backslashreplace") for part in (message[:first], message[last + 1 :]))
+    location = Location(file.path, 0)
+    with mmap.mmap(file.fd, file.size, access=mmap.ACCESS_READ) if file.size else contextlib.nullcontext(b"") as data:
+        found = data.find(quoted)
+        while found > 0 and data[found - 1 : found] not in b" \t\r\n":
+            found = data.find(quoted, found + 1)
+        offset = found if found >= 0 else data.find(quoted)
+        if offset >= 0:
+            line_start = data.rfind(b"\n", 0, offset) + 1
+            line_end = data.find(b"\n", offset)
+            try:
+                data[line_start : line_end if line_end >= 0 else file.size].decode("utf-8")
+            except UnicodeDecodeError:
+                utf8 = False
+            line = 1 + sum(data[at : min(at + (1 << 24), offset)].count(b"\n") for at in range(0, offset, 1 << 24))
+            location = Location(file.path, offset, line, offset - line_start + 1)
+    if not utf8:
+        shown = quoted.decode("utf-8", "backslashreplace")
+        after += " (the line is not UTF-8: MLF files are read as UTF-8)"
+    return FormatError(f"{before}'{shown}'{after}", location)
 
 
 def parse_mlf(
