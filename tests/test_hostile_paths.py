@@ -5,7 +5,10 @@ prefetch off (``InvalidStateError`` in the reading thread)."""
 
 from __future__ import annotations
 
+import io
 import os
+import struct
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,7 +29,7 @@ from cntkio import (
     StreamDefs,
 )
 from cntkio._src.formats.htk_files import read_header
-from cntkio._src.formats.image_map import parse_image_map
+from cntkio._src.formats.image_map import ZipArchives, parse_image_map
 from cntkio._src.formats.mlf import parse_mlf, read_mlf_file_list, read_state_list
 from cntkio._src.formats.scp import parse_scp
 from cntkio.brainscript import load_config, reader_plan
@@ -105,6 +108,37 @@ def test_a_nul_in_a_config_path_and_in_an_mlf_list_of_a_config(tmp_path: Path) -
     )
     with pytest.raises(FormatError, match=r"MLF file list '.*l\\x00\.list': a file name cannot hold"):
         reader_plan(config, base_dir=tmp_path)
+
+
+# --- a corrupt zip item ----------------------------------------------------------------------------------------------
+
+
+def corrupt_zip(path: Path, method: int) -> None:
+    """A zip archive of one item, ``img/0.png``, whose compressed bytes are damaged (its table is intact)."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", method) as archive:
+        archive.writestr("img/0.png", bytes(range(256)) * 64)
+    data = bytearray(buffer.getvalue())
+    info = zipfile.ZipFile(io.BytesIO(bytes(data))).getinfo("img/0.png")
+    name_length, extra_length = struct.unpack("<HH", data[info.header_offset + 26 : info.header_offset + 30])
+    start = info.header_offset + 30 + name_length + extra_length + info.compress_size // 4
+    data[start : start + 16] = bytes(b ^ 0xFF for b in data[start : start + 16])
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    "method", [zipfile.ZIP_DEFLATED, zipfile.ZIP_LZMA, zipfile.ZIP_BZIP2], ids=["deflate", "lzma", "bzip2"]
+)
+def test_a_corrupt_zip_item_is_a_format_error_at_the_map_line(tmp_path: Path, method: int) -> None:
+    corrupt_zip(tmp_path / "a.zip", method)
+    map_file = tmp_path / "map.txt"
+    map_file.write_text(f"{tmp_path}/a.zip@/img/0.png\t1\n")
+    with pytest.raises(FormatError, match=r"cannot read image 'img/0\.png' of zip archive '.*a\.zip'") as error:
+        ImageDeserializer(str(map_file), image_streams())  # its first image is read to learn the image size
+    assert (error.value.file, error.value.line) == (str(map_file), 1)
+    images = parse_image_map(str(map_file), label_dim=2)
+    with ZipArchives(images) as archives, pytest.raises(FormatError, match="cannot read image"):
+        archives.read(0, "img/0.png", images.location(0))
 
 
 # --- an MLF that is a directory when it is opened -----------------------------------------------------------------

@@ -20,6 +20,7 @@ Rules shared by both formats (where CNTK's behaviour is not kept, it says so):
 
 from __future__ import annotations
 
+import lzma
 import operator
 import os
 import shutil
@@ -27,6 +28,7 @@ import stat
 import tempfile
 import threading
 import zipfile
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -252,6 +254,13 @@ def parse_image_map(
     )
 
 
+# what reading a zip item raises besides a missing name: I/O, a damaged archive, a damaged or cut compressed item
+# (zlib, lzma, EOF), an unsupported compression, an encrypted item
+_UNREADABLE_ITEM = (
+    OSError, zipfile.BadZipFile, zlib.error, lzma.LZMAError, EOFError, NotImplementedError, RuntimeError,
+)  # fmt: skip
+
+
 class ZipArchives:
     """The zip archives of an image map, each opened once per process (``zipfile.ZipFile``, on first use).
 
@@ -356,7 +365,7 @@ class ZipArchives:
             return archive.read(item)
         except KeyError:
             raise self._missing(container, item, location) from None
-        except (OSError, zipfile.BadZipFile, NotImplementedError, RuntimeError) as error:
+        except _UNREADABLE_ITEM as error:
             raise FormatError(
                 f"cannot read image {item!r} of zip archive {self.names[container]!r}: {error}",
                 location or Location(self.map_file, 0),
