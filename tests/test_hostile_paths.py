@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import os
 import struct
+import threading
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -25,8 +26,11 @@ from cntkio import (
     HTKFeatureDeserializer,
     HTKMLFDeserializer,
     ImageDeserializer,
+    MinibatchSource,
     StreamDef,
     StreamDefs,
+    StreamInformation,
+    UserDeserializer,
 )
 from cntkio._src.formats.htk_files import read_header
 from cntkio._src.formats.image_map import ZipArchives, parse_image_map
@@ -159,3 +163,56 @@ def test_an_mlf_replaced_by_a_directory_after_its_check_is_a_format_error(tmp_pa
     with pytest.raises(FormatError, match="is a directory, not a regular file") as error:
         parse_mlf(str(directory), None, 3)
     assert error.value.file == str(directory)
+
+
+# --- close() while a chunk loads, prefetch off ------------------------------------------------------------------
+
+
+class Blocking(UserDeserializer):
+    """Chunk 1 waits (in the reading thread: prefetch is off) until the test lets it go."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = False
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def stream_infos(self) -> list[StreamInformation]:
+        return [StreamInformation("x", 0, "dense", np.float32, (1,))]
+
+    def num_chunks(self) -> int:
+        return 2
+
+    def get_chunk(self, chunk_id: int) -> dict[str, np.ndarray]:
+        if self.block and chunk_id == 1:
+            self.entered.set()
+            self.release.wait(HANG_GUARD)
+        return {"x": np.full((3, 1), chunk_id, np.float32)}
+
+
+def test_close_from_another_thread_while_a_chunk_loads_with_prefetch_off(tmp_path: Path) -> None:
+    plugin = Blocking()
+    source = MinibatchSource(plugin, prefetch=False, randomize=False)
+    plugin.block = True
+    outcome: dict[str, BaseException | str] = {}
+
+    def read() -> None:
+        try:
+            while source.next_minibatch(3):
+                pass
+            outcome["reader"] = "ended"
+        except BaseException as error:
+            outcome["reader"] = error
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    assert plugin.entered.wait(HANG_GUARD)
+    closer = threading.Thread(target=source.close)
+    closer.start()
+    closer.join(HANG_GUARD)  # close does not wait for the chunk the reading thread loads
+    assert not closer.is_alive()
+    plugin.release.set()
+    reader.join(HANG_GUARD)
+    assert not reader.is_alive()
+    assert isinstance(outcome["reader"], ValueError) and "closed" in str(outcome["reader"])
+    source.close()  # twice: harmless

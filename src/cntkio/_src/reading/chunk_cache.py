@@ -279,15 +279,19 @@ class ChunkCache:
         return True
 
     def close(self) -> None:
-        """Stops background parsing; later requests raise ``ValueError``."""
+        """Stops background parsing; later requests raise ``ValueError``. Without parse threads (prefetch off) a
+        chunk being loaded is loaded by the thread reading it, which completes it (closing from another thread
+        meanwhile must not: that thread's ``set_result`` would raise ``InvalidStateError``), and its chunk stays
+        until the cache is gone; that thread's next request raises."""
         with self._lock:
             self._closed = True
             pending = [f for _, f in self._futures.values() if not f.done()]
         if self._executor is not None:
-            self._executor.shutdown(wait=True, cancel_futures=True)
-        for future in pending:
-            if not future.done():
-                future.set_exception(ValueError("the source is closed"))
+            self._executor.shutdown(wait=True, cancel_futures=True)  # the loads that ran are done
+            for future in pending:
+                if not future.done():  # a load cancelled before it started: whoever waits for it hears why
+                    future.set_exception(ValueError("the source is closed"))
         with self._lock:
-            for number, slot in list(self._futures):
-                self._drop(number, slot)
+            for (number, slot), (_, future) in list(self._futures.items()):
+                if future.done():
+                    self._drop(number, slot)
