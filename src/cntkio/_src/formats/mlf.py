@@ -16,8 +16,6 @@ loaded is made here, while the index is built. ``mlfFileList`` files (one MLF pa
 from __future__ import annotations
 
 import codecs
-import contextlib
-import mmap
 import os
 import re
 from dataclasses import dataclass, field
@@ -172,6 +170,18 @@ def _parse_one(path: str, states: list[str] | None, dim: int) -> _native.MlfPars
     return result
 
 
+def _contents(file: DataFile) -> bytes:
+    """The bytes of an open file, read by offset (what a file cut meanwhile still holds)."""
+    parts, offset = [], 0
+    while offset < file.size:
+        part = os.pread(file.fd, min(file.size - offset, 1 << 24), offset)
+        if not part:
+            break
+        parts.append(part)
+        offset += len(part)
+    return b"".join(parts)
+
+
 def _undecodable(file: DataFile, error: UnicodeDecodeError) -> FormatError:
     """The error the parser reported about a line it could not give as text — its message quotes bytes that are not
     UTF-8, or that it cut inside a character — as a :class:`FormatError` at that line: the quoted text is looked for
@@ -189,20 +199,20 @@ def _undecodable(file: DataFile, error: UnicodeDecodeError) -> FormatError:
         shown, utf8 = quoted.decode("utf-8", "backslashreplace"), False
     before, after = (part.decode("utf-8", "backslashreplace") for part in (message[:first], message[last + 1 :]))
     location = Location(file.path, 0)
-    with mmap.mmap(file.fd, file.size, access=mmap.ACCESS_READ) if file.size else contextlib.nullcontext(b"") as data:
-        found = data.find(quoted)
-        while found > 0 and data[found - 1 : found] not in b" \t\r\n":
-            found = data.find(quoted, found + 1)
-        offset = found if found >= 0 else data.find(quoted)
-        if offset >= 0:
-            line_start = data.rfind(b"\n", 0, offset) + 1
-            line_end = data.find(b"\n", offset)
-            try:
-                data[line_start : line_end if line_end >= 0 else file.size].decode("utf-8")
-            except UnicodeDecodeError:
-                utf8 = False
-            line = 1 + sum(data[at : min(at + (1 << 24), offset)].count(b"\n") for at in range(0, offset, 1 << 24))
-            location = Location(file.path, offset, line, offset - line_start + 1)
+    data = _contents(file)  # (read, never mapped: a file cut meanwhile would be SIGBUS, not an error)
+    found = data.find(quoted)
+    while found > 0 and data[found - 1 : found] not in b" \t\r\n":
+        found = data.find(quoted, found + 1)
+    offset = found if found >= 0 else data.find(quoted)
+    if offset >= 0:
+        line_start = data.rfind(b"\n", 0, offset) + 1
+        line_end = data.find(b"\n", offset)
+        try:
+            data[line_start : line_end if line_end >= 0 else len(data)].decode("utf-8")
+        except UnicodeDecodeError:
+            utf8 = False
+        line = 1 + data.count(b"\n", 0, offset)
+        location = Location(file.path, offset, line, offset - line_start + 1)
     if not utf8:
         shown = quoted.decode("utf-8", "backslashreplace")
         after += " (the line is not UTF-8: MLF files are read as UTF-8)"
