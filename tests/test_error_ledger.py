@@ -223,3 +223,18 @@ def test_counting_builds_no_error_object_beyond_those_shown(tmp_path: Path, monk
     drain(MinibatchSource(reader, max_sweeps=2))
     assert reader.errors.count == 2500
     assert len(built) <= SHOWN
+
+
+def test_format_errors_cross_process_boundaries() -> None:
+    """A FormatError raised in a DataLoader worker or a Ray task is pickled to the caller: it arrives whole (it could
+    not be unpickled: TypeError, a missing location)."""
+    import pickle
+
+    from cntkio import FormatError, Location, MaxErrorsExceeded
+
+    error = FormatError("bad value", Location("data.ctf", 10, 2, 3, sequence_key=7, input="x"))
+    again = pickle.loads(pickle.dumps(error))
+    assert type(again) is FormatError and str(again) == str(error)
+    assert (again.file, again.line, again.column, again.sequence_key, again.input) == ("data.ctf", 2, 3, 7, "x")
+    exceeded = pickle.loads(pickle.dumps(MaxErrorsExceeded(error, 3)))
+    assert type(exceeded) is MaxErrorsExceeded and exceeded.max_errors == 3 and exceeded.first_error.line == 2

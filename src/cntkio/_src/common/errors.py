@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from cntkio._src.common.keys import shorten
 
@@ -49,6 +50,9 @@ class FormatError(CNTKIOError, ValueError):
         self.location = location
         super().__init__(f"{location}: {reason}")
 
+    def __reduce__(self) -> tuple[Any, ...]:  # (crosses process boundaries: DataLoader workers, Ray tasks)
+        return type(self), (self.reason, self.location), self.__dict__
+
     file = property(lambda self: self.location.file)
     offset = property(lambda self: self.location.offset)
     line = property(lambda self: self.location.line)
@@ -70,3 +74,6 @@ class MaxErrorsExceeded(FormatError):
             f"Reached the maximum number of allowed errors while reading the input file "
             f"({error.location.file}) (max_errors={max_errors}): {error}",
         )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.first_error, self.max_errors), self.__dict__
