@@ -504,3 +504,14 @@ def test_a_dense_stream_keeps_its_charts(drawn: list[Any], tmp_path: Path, capsy
     titles, texts = _panels(drawn[0])
     assert titles[1:] == ["x: values", "x: non-zeros per sample"]  # 3 samples in every sequence: said
     assert "samples per sequence: every sequence has 3 samples" in texts
+
+
+def test_a_bad_file_an_option_names_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A state list given with --labels that is a directory: exit status 2 and one line naming it (a traceback
+    before)."""
+    mlf = tmp_path / "x.mlf"
+    mlf.write_text('#!MLF!#\n"a.lab"\n0 100000 s1\n.\n')
+    (tmp_path / "labels").mkdir()
+    assert main(["inspect", str(mlf), "--labels", str(tmp_path / "labels")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("cntkio inspect: error: ") and "is a directory" in err and "Traceback" not in err

@@ -14,7 +14,8 @@ import sys
 from collections.abc import Sequence
 
 from cntkio._src.cli import check, convert, explain, read, stats
-from cntkio._src.cli.common import EXIT_INVALID
+from cntkio._src.cli.common import EXIT_INVALID, cannot_read, fail, format_error
+from cntkio._src.common.errors import ConfigError, FormatError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,6 +40,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into e.g. `head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_INVALID
+    except FormatError as error:  # one no command reported itself (a file an option names): a line, not a traceback
+        return fail(args.command, format_error(error))
+    except ConfigError as error:
+        return fail(args.command, str(error))
+    except OSError as error:
+        return fail(args.command, cannot_read(error, str(error.filename or "")))
     except KeyboardInterrupt:
         return 130
     finally:
