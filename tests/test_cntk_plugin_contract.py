@@ -781,3 +781,34 @@ def test_usermbsource(tmp_path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert u_mb_source.read_minibatch(2)["features"].info.name == "features"
+
+
+def test_a_forked_child_does_not_inherit_a_held_plugin_lock(tmp_path: Path) -> None:
+    """A process forked while a parse thread is inside a plug-in's get_chunk (a DataLoader worker started by fork)
+    reads that plug-in: it inherited the plug-in's lock held by a thread it lacks (it waited forever before)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = tmp_path / "fork.py"
+    script.write_text(textwrap.dedent('''
+        import os, time, numpy as np, cntkio
+        from cntkio import UserDeserializer, StreamInformation
+
+        class Slow(UserDeserializer):
+            def stream_infos(self): return [StreamInformation("x", 0, "dense", np.float32, (2,))]
+            def num_chunks(self): return 4
+            def get_chunk(self, c): time.sleep(0.5); return {"x": np.full((10, 2), c, np.float32)}
+
+        plugin = Slow()
+        source = cntkio.MinibatchSource(plugin, max_sweeps=1, randomize=False, num_parse_threads=2)
+        source.next_minibatch(10); time.sleep(0.1)  # parse threads inside get_chunk, holding its lock
+        pid = os.fork()
+        if pid == 0:
+            child = cntkio.MinibatchSource(plugin, max_sweeps=1, randomize=False, prefetch=False)
+            os._exit(0 if child.next_minibatch(10)["x"].num_samples == 10 else 3)
+        _, status = os.waitpid(pid, 0)
+        print("child", os.waitstatus_to_exitcode(status))
+    '''))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False)
+    assert "child 0" in done.stdout, done.stdout + done.stderr

@@ -12,6 +12,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import math
+import os
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -154,6 +155,19 @@ class UserDeserializer(abc.ABC):
 _T = TypeVar("_T")
 _LOCKS: weakref.WeakKeyDictionary[Any, threading.RLock] = weakref.WeakKeyDictionary()  # plug-in -> its lock
 _LOCKS_GUARD = threading.Lock()
+_FORKS = [0]  # processes forked from this one's ancestors: locks taken before a fork are not used after it
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (a DataLoader worker) inherits every lock as it was, perhaps held by a parse thread that does
+    not exist here: fresh locks for every plug-in and adapter (an adapter sees the count change)."""
+    global _LOCKS, _LOCKS_GUARD
+    _LOCKS = weakref.WeakKeyDictionary()
+    _LOCKS_GUARD = threading.Lock()
+    _FORKS[0] += 1
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def plugin_lock(user: Any) -> threading.RLock:
@@ -178,8 +192,9 @@ class UserDeserializerAdapter(Deserializer):
     def __init__(self, user: UserDeserializer):
         self.user = user
         self.casting = str(user.casting)
-        self._lock: threading.RLock | None = None if bool(user.thread_safe) else plugin_lock(user)
+        self._lock: threading.RLock | None = None
         self._index_lock = threading.RLock()  # the index is built once
+        self._take_locks()
         self._infos: list[StreamInformation] | None = None
         self._index: SequenceIndex | None = None
         self._indexing = False
@@ -187,8 +202,16 @@ class UserDeserializerAdapter(Deserializer):
         self._prefix = [0]  # while indexing: first sequence of chunks 0, 1, ...
         self._signatures: np.ndarray | None = None  # per chunk and stream: samples and stored values (-1: not read)
 
+    def _take_locks(self) -> None:
+        """The plug-in's lock (none if it is ``thread_safe``) and an index lock, taken in this process."""
+        self._lock = None if bool(self.user.thread_safe) else plugin_lock(self.user)
+        self._index_lock = threading.RLock()
+        self._forks = _FORKS[0]
+
     def _call(self, method: Callable[..., _T], *args: Any) -> _T:
         """A call into the plug-in, holding its lock unless it is ``thread_safe``."""
+        if self._forks != _FORKS[0]:  # a forked child: the inherited locks may be held by threads it lacks
+            self._take_locks()
         if self._lock is None:
             return method(*args)
         with self._lock:
@@ -197,13 +220,12 @@ class UserDeserializerAdapter(Deserializer):
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (DataLoader workers) without its locks; the copy takes its plug-in copy's lock."""
         state = dict(self.__dict__)
-        del state["_lock"], state["_index_lock"]
+        del state["_lock"], state["_index_lock"], state["_forks"]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._lock = None if bool(self.user.thread_safe) else plugin_lock(self.user)
-        self._index_lock = threading.RLock()
+        self._take_locks()
 
     # --- what the plug-in says of itself ------------------------------------------------------------------------
     @property
@@ -270,6 +292,10 @@ class UserDeserializerAdapter(Deserializer):
 
     def sequence_index(self) -> SequenceIndex:
         """The index (built once, see :class:`UserDeserializer`)."""
+        if self._index is not None:
+            return self._index
+        if self._forks != _FORKS[0]:
+            self._take_locks()
         with self._index_lock:
             if self._index is not None:
                 return self._index
