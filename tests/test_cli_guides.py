@@ -515,3 +515,18 @@ def test_a_bad_file_an_option_names_is_a_one_line_error(tmp_path: Path, capsys: 
     assert main(["inspect", str(mlf), "--labels", str(tmp_path / "labels")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("cntkio inspect: error: ") and "is a directory" in err and "Traceback" not in err
+
+
+def test_a_label_on_each_sequence_of_a_few_long_sequences_is_a_stream_not_a_typo(tmp_path: Path) -> None:
+    """One label sample per sequence beside 120 feature samples, in 6 sequences: fewer than 10 samples and 1 % of
+    the features', yet in every sequence — a stream (it was reported as a likely typo: validate exit 1, convert
+    refused it, stats dropped it)."""
+    from cntkio._src.formats.ctf_infer import infer
+
+    path = tmp_path / "labels.ctf"
+    lines = [f"{s} |x {t} {t}" + (f" |y {s}:1" if t == 0 else "") for s in range(6) for t in range(120)]
+    path.write_text("\n".join(lines) + "\n")
+    inference = infer(path)
+    assert inference.sequences == 6 and not inference.rare
+    assert [s.alias for s in inference.streams] == ["x", "y"]
+    assert main(["validate", str(path)]) == 0

@@ -68,6 +68,7 @@ class Inference:
     inputs seen too rarely to be streams (:attr:`rare`, likely typos: see the module)."""
 
     inputs: list[InferredStream]
+    sequences: int = 0  # sequences of the file (lines whose id differs from the line before; ids up to 16 bytes)
 
     @property
     def streams(self) -> list[InferredStream]:
@@ -80,10 +81,15 @@ class Inference:
         return [s for s in self.inputs if self.is_rare(s)]
 
     def is_rare(self, stream: InferredStream) -> bool:
-        """Whether ``stream`` is seen in at most :data:`RARE_SAMPLES` samples and :data:`RARE_FRACTION` of the most
-        frequent input's."""
+        """Whether ``stream`` is seen in at most :data:`RARE_SAMPLES` samples, :data:`RARE_FRACTION` of the most
+        frequent input's, and fewer than half the file's sequences (an input of one sample per sequence — a
+        sequence's label — is a stream even where sequences are long and few)."""
         most = max((s.samples for s in self.inputs), default=0)
-        return stream.samples <= RARE_SAMPLES and stream.samples <= RARE_FRACTION * most
+        return (
+            stream.samples <= RARE_SAMPLES
+            and stream.samples <= RARE_FRACTION * most
+            and 2 * stream.samples < self.sequences
+        )
 
     def similar(self, stream: InferredStream, among: list[tuple[str, bool, int]] | None = None) -> str | None:
         """The stream ``stream`` (a rare input) is most likely a typo of, if a name is close enough (one edit
@@ -159,7 +165,8 @@ def infer(path: str | os.PathLike[str], *, block_size: int = BLOCK_SIZE, progres
             if not got:
                 break
     ordered = sorted(scanner.tallies.items(), key=lambda item: item[1].first_offset)
-    return Inference([tally.stream(alias.decode("utf-8", "backslashreplace")) for alias, tally in ordered])
+    inputs = [tally.stream(alias.decode("utf-8", "backslashreplace")) for alias, tally in ordered]
+    return Inference(inputs, scanner.sequences)
 
 
 class _Scanner:
@@ -168,6 +175,8 @@ class _Scanner:
     def __init__(self) -> None:
         self.tallies: dict[bytes, _Tally] = {}
         self.lines = 0  # newlines before the block being scanned
+        self.sequences = 0  # sequence starts seen (see Inference.sequences)
+        self._last_id: tuple[int, int, int] | None = None  # the id (prefix, length) of the last line scanned
         self._flags = np.empty((3, 0), dtype=bool)
         self._counts = np.empty(0, dtype=np.int32)
 
@@ -178,6 +187,7 @@ class _Scanner:
             self._flags = np.empty((3, n + 1), dtype=bool)
             self._counts = np.empty(n + 1, dtype=np.int32)
         lines_before = self.lines
+        self._count_sequences(buf)
         is_pipe = np.equal(buf, _PIPE, out=self._flags[0, :n])
         bars = np.flatnonzero(is_pipe)
         if not len(bars):
@@ -245,6 +255,33 @@ class _Scanner:
             tally.dense_samples += int(dense[j])
             tally.max_values = max(tally.max_values, int(max_values[j]))
             tally.max_index = max(tally.max_index, int(max_index[j]))
+
+
+    def _count_sequences(self, buf: np.ndarray) -> None:
+        """Counts the lines of ``buf`` that start a sequence: a line with no id, or an id (its first 16 bytes and
+        its length) other than the line before's. Blank lines are skipped."""
+        n = len(buf)
+        starts = np.concatenate([[0], np.flatnonzero(buf[:-1] == _NEWLINE) + 1]).astype(np.int64)
+        starts = starts[(starts < n) & (buf[np.minimum(starts, n - 1)] != _NEWLINE)]
+        if not len(starts):
+            return
+        ends = np.flatnonzero((buf <= 0x20) | (buf == _PIPE))  # an id ends at a blank or '|'
+        lengths = ends[np.minimum(np.searchsorted(ends, starts), len(ends) - 1)] - starts
+        lengths = np.where(lengths < 0, 0, lengths)
+        width = 16
+        at = np.minimum(starts[:, None] + np.arange(width), n - 1)
+        prefix = np.where(np.arange(width) < lengths[:, None], buf[at], 0).astype(np.uint8)
+        words = np.ascontiguousarray(prefix).view(np.uint64).reshape(-1, 2)
+        ids = np.column_stack([words, lengths.astype(np.uint64)])
+        previous = np.empty_like(ids)
+        previous[1:] = ids[:-1]
+        previous[0] = self._last_id if self._last_id is not None else (0, 0, 0)
+        new = (lengths == 0) | (ids != previous).any(axis=1)
+        if self._last_id is None:
+            new[0] = True
+        self.sequences += int(np.count_nonzero(new))
+        last = ids[-1]
+        self._last_id = (int(last[0]), int(last[1]), int(last[2]))
 
 
 def _places(buf: np.ndarray, positions: np.ndarray, newlines: np.ndarray, base: int, lines: int) -> list[Place]:
