@@ -680,3 +680,16 @@ def test_cntkio_minibatch_source_names_where_cntk_2_0_keywords_are_taken(tmp_pat
         cntkio.MinibatchSource(four_samples(tmp_path), epoch_size=0)
     with pytest.raises(TypeError, match=r"unexpected keyword argument 'epochs'$"):
         cntkio.MinibatchSource(four_samples(tmp_path), epochs=1)
+
+
+def test_cntkio_minibatch_source_reads_a_mapping_the_public_ctf_deserializer_made(tmp_path: Path) -> None:
+    """cntkio.CTFDeserializer(path) + map_input (CNTK 2.0's form) is read by cntkio.MinibatchSource too (the mapping
+    builds its deserializer: TypeError 'not iterable' before); next_minibatch(samples, sequences) there names the
+    class that takes it (an AttributeError before)."""
+    reader = cntkio.CTFDeserializer(write(tmp_path, MBDATA_SPARSE))
+    with pytest.warns(DeprecationWarning):
+        reader.map_input("features", 1000, "sparse", alias="x").map_input("labels", 5, "dense", alias="y")
+    source = cntkio.MinibatchSource(reader, randomize=False, max_sweeps=1)
+    assert source.next_minibatch(7)["features"].num_samples == 7
+    with pytest.raises(TypeError, match=r"cntkio\.io\.MinibatchSource takes it"):
+        source.next_minibatch(4, 1)

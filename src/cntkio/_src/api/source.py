@@ -346,6 +346,11 @@ class MinibatchSource:
         the result by the caller's keys (CNTK's variables); ``device`` is accepted and ignored (host arrays).
         """
         del device  # arrays are returned on the host
+        if isinstance(input_map, (int, np.integer)):
+            raise TypeError(
+                "next_minibatch(samples, sequences) is CNTK 2.0 beta's form: cntkio.io.MinibatchSource takes it; "
+                "here the second argument is input_map"
+            )
         return self._next_minibatch(minibatch_size_in_samples, input_map, num_data_partitions, partition_index)
 
     def _next_minibatch(

@@ -155,6 +155,11 @@ class DeferredDeserializer(abc.ABC):
             self._built = self._factory(self.filename, streams, **self._options)
         return self._built
 
+    def as_deserializer(self) -> Deserializer:
+        """:meth:`build`: a reader takes a mapping as the deserializer it builds (``cntkio.MinibatchSource`` too, which
+        knows nothing of CNTK 2.0: the mapping is a ``ReadsAsDeserializer``)."""
+        return self.build()
+
     def __repr__(self) -> str:
         state = "built" if self._built is not None else "streams not final"
         return f"{type(self).__name__}({self.filename!r}, {dict(self._stream_defs())!r}, {state})"
