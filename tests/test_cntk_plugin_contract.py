@@ -812,3 +812,27 @@ def test_a_forked_child_does_not_inherit_a_held_plugin_lock(tmp_path: Path) -> N
     '''))
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False)
     assert "child 0" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_plugin_is_indexed_once_whatever_the_sources_reading_it() -> None:
+    """A new source per epoch (what cntkio.torch's passes make) over one plug-in object without chunk_index reads
+    it whole once to index it, not once per source (8, 16, 24 get_chunk calls over three epochs before)."""
+    calls = []
+
+    class Counted(UserDeserializer):
+        def stream_infos(self) -> list[StreamInformation]:
+            return [StreamInformation("x", 0, "dense", np.float32, (2,))]
+
+        def num_chunks(self) -> int:
+            return 4
+
+        def get_chunk(self, chunk_id: int) -> dict[str, Any]:
+            calls.append(chunk_id)
+            return {"x": np.full((10, 2), chunk_id, np.float32)}
+
+    plugin = Counted()
+    for _ in range(3):
+        source = MinibatchSource(plugin, randomize=False, max_sweeps=1, prefetch=False)
+        while source.next_minibatch(10):
+            pass
+    assert len(calls) == 4 + 3 * 4  # the index once, then each epoch's reads

@@ -10,6 +10,7 @@ chunk (``formats/stream_data.py``) and compares it with the index and with earli
 from __future__ import annotations
 
 import abc
+import contextlib
 import dataclasses
 import math
 import os
@@ -169,6 +170,23 @@ def _after_fork_in_child() -> None:
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
+# What the adapters of one plug-in object share, so a new source (each DataLoader pass, each worker) does not read
+# the whole plug-in again to index it: its index, and its chunks' signatures (samples and stored values per stream).
+_INDEXES: weakref.WeakKeyDictionary[Any, SequenceIndex] = weakref.WeakKeyDictionary()
+_SIGNATURES: weakref.WeakKeyDictionary[Any, np.ndarray] = weakref.WeakKeyDictionary()
+
+
+def _shared(table: weakref.WeakKeyDictionary[Any, _T], user: Any) -> _T | None:
+    try:
+        return table.get(user)
+    except TypeError:  # (a plug-in that cannot be weakly referenced or hashed keeps its own)
+        return None
+
+
+def _share(table: weakref.WeakKeyDictionary[Any, _T], user: Any, value: _T) -> None:
+    with contextlib.suppress(TypeError):
+        table[user] = value
+
 
 def plugin_lock(user: Any) -> threading.RLock:
     """The lock serialising the calls into one plug-in object (shared by every adapter of it; a plug-in that cannot
@@ -291,9 +309,13 @@ class UserDeserializerAdapter(Deserializer):
         return ChunkIndex(chunk_id, keys, lengths)
 
     def sequence_index(self) -> SequenceIndex:
-        """The index (built once, see :class:`UserDeserializer`)."""
+        """The index (built once per plug-in object, see :class:`UserDeserializer`)."""
         if self._index is not None:
             return self._index
+        shared = _shared(_INDEXES, self.user)
+        if shared is not None:
+            self._index = shared
+            return shared
         if self._forks != _FORKS[0]:
             self._take_locks()
         with self._index_lock:
@@ -307,6 +329,7 @@ class UserDeserializerAdapter(Deserializer):
                 self._indexing = False
                 self._counts, self._prefix = {}, [0]
             self._index = index
+            _share(_INDEXES, self.user, index)
             return index
 
     def get_chunk(self, chunk_id: int) -> dict[str, StreamData]:
@@ -411,7 +434,10 @@ class UserDeserializerAdapter(Deserializer):
         """Each stream has as many samples and stored values as at the chunk's first read (16 bytes a stream and
         chunk are kept)."""
         if self._signatures is None:  # per chunk and stream: samples and stored values, -1 until the chunk is read
-            self._signatures = np.full((self.num_chunks(), len(streams), 2), -1, dtype=np.int64)
+            self._signatures = _shared(_SIGNATURES, self.user)
+            if self._signatures is None:
+                self._signatures = np.full((self.num_chunks(), len(streams), 2), -1, dtype=np.int64)
+                _share(_SIGNATURES, self.user, self._signatures)
         table = self._signatures
         if not 0 <= chunk_id < len(table):
             raise UserDataError(f"no such chunk (there are {len(table)})", self.source_name, chunk_id)
