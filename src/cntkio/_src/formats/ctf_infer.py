@@ -265,9 +265,8 @@ class _Scanner:
         starts = starts[(starts < n) & (buf[np.minimum(starts, n - 1)] != _NEWLINE)]
         if not len(starts):
             return
-        ends = np.flatnonzero((buf <= 0x20) | (buf == _PIPE))  # an id ends at a blank or '|'
-        lengths = ends[np.minimum(np.searchsorted(ends, starts), len(ends) - 1)] - starts
-        lengths = np.where(lengths < 0, 0, lengths)
+        ends = np.append(np.flatnonzero((buf <= 0x20) | (buf == _PIPE)), n)  # an id ends at a blank, '|' or the end
+        lengths = ends[np.searchsorted(ends, starts)] - starts
         width = 16
         at = np.minimum(starts[:, None] + np.arange(width), n - 1)
         prefix = np.where(np.arange(width) < lengths[:, None], buf[at], 0).astype(np.uint8)
