@@ -6,6 +6,7 @@ import re
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -182,3 +183,15 @@ def test_matches_the_reference(data, block_size):
     assert found.inputs == expected
     for s in found.inputs:
         assert list(s.first_seen) == reference_places(data, s.alias.encode())
+
+
+@pytest.mark.parametrize(
+    ("text", "sequences"),
+    [("abc", 1), ("x", 1), ("\n\n", 0), ("0|a 1", 1), ("0 |a 1\n0 |a 2\n1 |a 3", 2), ("|a 1\n|a 2\n", 2)],
+)
+def test_sequences_are_counted_by_their_ids(tmp_path: Path, text: str, sequences: int) -> None:
+    """Sequence starts (an id other than the line before's, or no id) in any block, also a last line with no blank,
+    '|' or newline (an IndexError before: CI's hypothesis draw)."""
+    path = tmp_path / "data.ctf"
+    path.write_text(text)
+    assert infer(path, block_size=7).sequences == sequences
