@@ -504,7 +504,7 @@ class MinibatchSource:
             if isinstance(state, Mapping) and set(state) == {"minibatchSourcePosition"}:
                 self._engine.seek(self._position_of(state))
                 return
-            checked = validate(state, json.loads(self._identity))
+            checked = self._checked_state(state)
             cursor = self._engine.check_state(checked)  # the source changes only once every check passed
             ledgers = restored_ledgers(ledgers_of(self._corpus.deserializers), checked["errors"])
             for (ledger, deserializer), ledger_state in ledgers:
