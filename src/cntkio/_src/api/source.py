@@ -29,7 +29,7 @@ from cntkio._src.formats.error_ledger import report as error_report
 from cntkio._src.formats.protocol import Deserializer, DeserializerGroup, ReadsAsDeserializer, flatten_deserializers
 from cntkio._src.order import Randomization
 from cntkio._src.reading.budget import BudgetReport, window_within
-from cntkio._src.reading.checkpoint import CHECKPOINT_VERSION, merge_checkpoints, seal, validate
+from cntkio._src.reading.checkpoint import PendingCheckpoint, merge_checkpoints, validate
 from cntkio._src.reading.cursor import Selection
 from cntkio._src.reading.engine import ReadingEngine
 from cntkio._src.reading.stats import ReaderStats, StageClock
@@ -471,18 +471,17 @@ class MinibatchSource:
     def get_checkpoint_state(self) -> dict[str, Any]:
         """A small, versioned, JSON-serialisable dict; :meth:`restore_from_checkpoint` continues from it
         exactly (also in a new process, and with another partition count after :meth:`merge_checkpoints`)."""
+        return self.pending_checkpoint().state()
+
+    def pending_checkpoint(self) -> PendingCheckpoint:
+        """The position now, as :meth:`get_checkpoint_state` would give it, its dict built when first asked for
+        (``PendingCheckpoint.state()``): microseconds to take, for a checkpoint after every minibatch."""
         with self._lock:
-            position = self._engine.get_state()
-            state: dict[str, Any] = {
-                "version": CHECKPOINT_VERSION,
-                "minibatchSourcePosition": position.pop("minibatchSourcePosition"),
-                "fingerprint": json.loads(self._identity),
-                **position,
-            }
+            entries = self._engine.get_state()
             ledgers = ledgers_of(self._corpus.deserializers)
             if any(ledger.count for ledger, _ in ledgers):  # (without errors, a restore empties the ledgers)
-                state["errors"] = [ledger.get_state() for ledger, _ in ledgers]
-            return seal(state)
+                entries["errors"] = [ledger.get_state() for ledger, _ in ledgers]
+            return PendingCheckpoint(entries, self._identity)
 
     def _checked_state(self, state: Mapping[str, Any]) -> dict[str, Any]:
         """A checkpoint's entries, checked for form, data and configuration (``ConfigError`` names what differs)."""

@@ -43,6 +43,38 @@ def seal(state: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
+class PendingCheckpoint:
+    """A source's position as taken right after a minibatch, the checkpoint built (fingerprint added, sealed) only
+    when :meth:`state` is first called: taking one costs a few microseconds, so every minibatch can carry its own.
+    It pickles small (the position's entries and the fingerprint's JSON text)."""
+
+    __slots__ = ("_entries", "_identity", "_state")
+
+    def __init__(self, entries: dict[str, Any], identity: str):
+        self._entries = entries  # the engine's state (a fresh dict), and the error ledgers when errors were counted
+        self._identity = identity  # the source's fingerprint as JSON text
+        self._state: dict[str, Any] | None = None
+
+    def state(self) -> dict[str, Any]:
+        """The checkpoint (``MinibatchSource.get_checkpoint_state``'s dict); a new copy on every call."""
+        if self._state is None:
+            entries = dict(self._entries)
+            self._state = seal({
+                "version": CHECKPOINT_VERSION,
+                "minibatchSourcePosition": entries.pop("minibatchSourcePosition"),
+                "fingerprint": json.loads(self._identity),
+                **entries,
+            })  # fmt: skip
+        return json.loads(json.dumps(self._state))
+
+    def __getstate__(self) -> tuple[dict[str, Any], str]:
+        return self._entries, self._identity
+
+    def __setstate__(self, state: tuple[dict[str, Any], str]) -> None:
+        self._entries, self._identity = state
+        self._state = None
+
+
 INTEGER_LIMIT = ALL_CONSUMED  # no count or position of a state reaches it (but a layer cursor may be exactly it)
 MAX_SWEEP_SPREAD = 10_000  # the most sweeps the partitions of one merge may lie apart
 MAX_PARTITIONS = 1 << 20  # the most partitions a state may name (a change of partitioning lists each one's cursor)
