@@ -3,9 +3,10 @@
 
 A step of configurable CPU cost (--step-ms: a loop of torch matmuls on a fixed 128 x 128 tensor, calibrated in each
 child before the timing to take about that many ms; torch releases the GIL inside each matmul, as in a real step; one
-torch thread, --step-threads) runs after every batch. The batches come from the kit's dense, sparse and seq CTF
-files (gen.py, --mb MiB), randomized, minibatches of --minibatch (1024) samples, --epochs epochs (at most
---max-steps steps), through:
+torch thread, --step-threads) runs after every batch. The batches come from the kit's dense, sparse (gen.py, --mb MiB)
+and seq (--seq-mb MiB: its minibatches hold ~30 sequences, ~10^3 per epoch at 20 MiB) CTF files, randomized,
+minibatches of --minibatch (1024) samples, --epochs whole epochs (a run stopped at --max-steps is checked for its
+steps only, and its per-batch figures carry the first chunks' parse over fewer batches), through:
 
   ahead=2     cntkio.torch.loader(make_source, 1024, ahead=2): in-process, minibatches assembled ahead on a
               background thread (without `ahead` in this version of cntkio: the plain in-process loader)
@@ -31,7 +32,7 @@ Bars: exposed wait <= 5 % when the step costs more than loading (the step alone 
 of that configuration); CPU-seconds per batch of ahead=2 <= 0.6x the anchor's; tree RSS with 2 workers <= ahead=2's
 + 2 x 64 MiB; the first batch <= 1 s on a corpus of --big-sequences one-line sequences with the index cache.
 
-  python bench/train_loop.py [--mb 200] [--runs 3] [--step-ms 2,10] [--epochs 2] [--json out.json]
+  python bench/train_loop.py [--mb 200] [--seq-mb 20] [--runs 3] [--step-ms 2,10] [--epochs 2] [--json out.json]
   python bench/train_loop.py --smoke        # 2 MiB files, one round, each kind's measurements in one process
 """
 
@@ -430,7 +431,7 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
     anchors = load_anchors(kit)
     files: dict[str, Any] = {"oracle": str(oracle)}
     for kind in args.kinds:
-        meta = anchors.ensure_data(kind, args.mb, SEED, args.data, sys.executable)
+        meta = anchors.ensure_data(kind, args.seq_mb if kind == "seq" else args.mb, SEED, args.data, sys.executable)
         files[kind] = meta["files"]["ctf"]["path"]
         print(f"data: {files[kind]}  {os.path.getsize(files[kind]) / 1e6:.1f} MB", file=sys.stderr)
     if args.big_sequences:
@@ -695,19 +696,21 @@ def first_section(report: Report, args: argparse.Namespace, results: Results) ->
 def main(argv: list[str] | None = None) -> int:
     ap = parser(__doc__, CHILDREN, "2 MiB files, one round, 10^5 big sequences, each kind in one process")
     ap.add_argument("--mb", type=float, default=200.0, help="size of each kit CTF file in MiB (gen.py)")
+    ap.add_argument("--seq-mb", type=float, default=20.0, help="size of the seq file in MiB (~10^3 batches/epoch)")
     ap.add_argument("--kinds", default=",".join(KINDS), help="kit files to read (dense,sparse,seq)")
     ap.add_argument("--step-ms", default="2,10", help="step costs to sweep, ms (a run with no step is always made)")
     ap.add_argument("--step-threads", type=int, default=1, help="torch threads of the step")
     ap.add_argument("--minibatch", type=int, default=1024, help="samples per minibatch")
     ap.add_argument("--epochs", type=int, default=2, help="epochs per measurement")
-    ap.add_argument("--max-steps", type=int, default=1000, help="at most this many steps per measurement (0: any)")
+    ap.add_argument("--max-steps", type=int, default=3000, help="at most this many steps per measurement (0: any)")
     ap.add_argument("--alone-steps", type=int, default=300, help="steps of the step-alone measurement")
     ap.add_argument("--big-sequences", type=int, default=10**7, help="sequences of the first-batch corpus (0 skips)")
     args = ap.parse_args(argv)
     if run_child(args, CHILDREN):
         return 0
     if args.smoke:
-        args.mb, args.runs, args.step_ms, args.big_sequences, args.alone_steps = 2.0, 1, "2", 10**5, 50
+        args.mb, args.seq_mb, args.runs, args.step_ms = 2.0, 2.0, 1, "2"
+        args.big_sequences, args.alone_steps = 10**5, 50
     args.kinds = [k for k in args.kinds.split(",") if k]
     args.step_ms = [float(ms) for ms in str(args.step_ms).split(",") if float(ms) > 0]
     files = prepare(args)
