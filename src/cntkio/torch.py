@@ -5,7 +5,9 @@ The public face of ``cntkio._src.integrations.torch``."""
 from cntkio._src.integrations.torch import (
     LAYOUTS,
     STATE_KEY,
+    BatchState,
     MinibatchDataset,
+    MinibatchLoader,
     StreamTensors,
     TorchMinibatch,
     distributed_partition,
@@ -19,7 +21,9 @@ from cntkio._src.integrations.torch import (
 __all__ = [
     "LAYOUTS",
     "STATE_KEY",
+    "BatchState",
     "MinibatchDataset",
+    "MinibatchLoader",
     "StreamTensors",
     "TorchMinibatch",
     "distributed_partition",

@@ -37,7 +37,7 @@ import uuid
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -53,6 +53,7 @@ from cntkio._src.common.errors import ConfigError
 from cntkio._src.formats.image import ImageDeserializerBase
 from cntkio._src.formats.shards import ShardedDeserializer
 from cntkio._src.integrations import shm, torch_transport
+from cntkio._src.integrations.ahead import Ahead
 from cntkio._src.integrations.equal_steps import (
     MAX_CARRY,
     EqualSteps,
@@ -63,6 +64,7 @@ from cntkio._src.integrations.equal_steps import (
 )
 from cntkio._src.integrations.shared_chunks import ChunkExchange
 from cntkio._src.integrations.workers import worker_of
+from cntkio._src.reading.checkpoint import PendingCheckpoint
 
 # Sparse CSR batches cross from loader workers to the main process, where torch rebuilds them: say once, explicitly,
 # that their invariants are not checked (they hold by construction), and keep torch's "beta" note out of the log.
@@ -70,7 +72,42 @@ torch.sparse.check_sparse_tensor_invariants.disable()
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
 
 
-@dataclass
+class BatchState:
+    """The state after a batch, kept compact: the source's :class:`PendingCheckpoint`, the batch's number, its epoch,
+    the epoch's equal-steps plan and the worker numbering's base. The dict ``batch.state`` shows is built when first
+    asked for (then kept), so a batch that is never checkpointed costs no JSON; it pickles small."""
+
+    __slots__ = ("_dict", "checkpoint", "epoch", "minibatch_index", "plan", "worker_base")
+
+    def __init__(self, checkpoint: PendingCheckpoint, minibatch_index: int, epoch: int, plan: Any, worker_base: int):
+        self.checkpoint = checkpoint
+        self.minibatch_index = minibatch_index
+        self.epoch = epoch
+        self.plan = plan  # EpochSteps (immutable) or None
+        self.worker_base = worker_base
+        self._dict: dict[str, Any] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """``{"source": checkpoint, "minibatch_index": n, "epoch": e[, "equal_steps": plan]}``."""
+        if self._dict is None:
+            state = {"source": self.checkpoint.state(), "minibatch_index": self.minibatch_index, "epoch": self.epoch}
+            if self.plan is not None:
+                state["equal_steps"] = self.plan.state()
+            self._dict = state
+        return self._dict
+
+    def with_worker_base(self) -> dict[str, Any]:
+        """:meth:`as_dict` and the worker assignment (``MinibatchDataset.state_dict``)."""
+        return {**self.as_dict(), "worker_base": self.worker_base}
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return self.checkpoint, self.minibatch_index, self.epoch, self.plan, self.worker_base
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        self.checkpoint, self.minibatch_index, self.epoch, self.plan, self.worker_base = state
+        self._dict = None
+
+
 class TorchMinibatch:
     """One minibatch as tensors, each stream in the layout asked for (see :data:`LAYOUTS`).
 
@@ -78,26 +115,55 @@ class TorchMinibatch:
     layouts) is ``[batch, max_len]`` bool, True on real samples; ``offsets[name]`` (``"token_offsets"``) the first
     id of each sequence. By default (``"auto"``) dense streams are ``[batch, *shape]`` when every sequence has one
     sample (zero-copy from NumPy), otherwise padded ``[batch, max_len, *shape]``, and sparse streams are CSR tensors
-    with one row per sample — except an image deserializer's label stream, which comes as int64 class ids ``[batch]``
-    (``"per_sequence"``; name ``"csr"`` for its CSR rows). ``keys`` (the provenance of each sequence) is computed
-    when first asked for, or when the batch leaves a loader worker process. ``weight`` is 0 on the empty batches that
-    pad a rank's epoch to the steps of the others (``equal_steps="pad"``; one zero sample in layouts that cannot be
-    empty), else 1.
+    with one row per sample (int32 indices; int64 past 2**31 entries) — except an image deserializer's label stream,
+    which comes as int64 class ids ``[batch]`` (``"per_sequence"``; name ``"csr"`` for its CSR rows). ``keys`` (the
+    provenance of each sequence) is computed when first asked for, or when the batch leaves a loader worker process.
+    ``state`` is the checkpoint right after this batch (built when first asked for). ``weight`` is 0 on the empty
+    batches that pad a rank's epoch to the steps of the others (``equal_steps="pad"``; one zero sample in layouts
+    that cannot be empty), else 1.
     """
 
-    tensors: dict[str, Any]
-    lengths: dict[str, torch.Tensor]
-    provenance: Any = field(repr=False)
-    state: dict[str, Any] = field(default_factory=dict)
-    end_of_sweep: bool = False
-    index: int = 0
-    masks: dict[str, torch.Tensor] = field(default_factory=dict)
-    offsets: dict[str, torch.Tensor] = field(default_factory=dict)
-    weight: float = 1.0
+    def __init__(
+        self,
+        tensors: dict[str, Any],
+        lengths: dict[str, torch.Tensor],
+        provenance: Any,
+        state: dict[str, Any] | BatchState | None = None,
+        end_of_sweep: bool = False,
+        index: int = 0,
+        masks: dict[str, torch.Tensor] | None = None,
+        offsets: dict[str, torch.Tensor] | None = None,
+        weight: float = 1.0,
+    ):
+        self.tensors = tensors
+        self.lengths = lengths
+        self.provenance = provenance
+        self._state = state
+        self.end_of_sweep = end_of_sweep
+        self.index = index
+        self.masks = {} if masks is None else masks
+        self.offsets = {} if offsets is None else offsets
+        self.weight = weight
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """The checkpoint right after this batch: ``MinibatchDataset.load_state_dict(batch.state)`` on a new dataset
+        continues with the next batch."""
+        state = self._state
+        if isinstance(state, BatchState):
+            return state.as_dict()
+        if state is None:
+            state = self._state = {}
+        return state
 
     @property
     def keys(self) -> list[Any]:
         return list(self.provenance.keys)
+
+    def __repr__(self) -> str:
+        sequences = len(next(iter(self.lengths.values()))) if self.lengths else 0
+        return (f"TorchMinibatch(index={self.index}, streams={list(self.tensors)}, sequences={sequences}, "
+                f"weight={self.weight})")  # fmt: skip
 
     def __getstate__(self) -> dict[str, Any]:
         state = {**self.__dict__, "provenance": _Keys.of(self.provenance)}
@@ -126,6 +192,59 @@ class TorchMinibatch:
     def pin_memory(self) -> TorchMinibatch:
         self.tensors = {name: _pinned(value) for name, value in self.tensors.items()}
         return self
+
+
+class _Bundle:
+    """Consecutive minibatches a loader worker sends as one message, their tensors in one shared-memory slot
+    (:func:`loader`, whose :class:`MinibatchLoader` hands them out one by one): the per-message cost of torch's
+    queue and of the slot is paid once per bundle."""
+
+    def __init__(self, batches: list[TorchMinibatch]):
+        self.batches = batches
+
+    def pin_memory(self) -> _Bundle:
+        for batch in self.batches:
+            batch.pin_memory()
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        try:  # (in the worker's queue feeder thread: see TorchMinibatch.__reduce__)
+            fields = {"batches": [batch.__getstate__() for batch in self.batches]}
+            transport = self.batches[0].__dict__.get("_transport")
+            wire = transport.pack(fields, ("batches",)) if transport is not None else None
+            if wire is not None:
+                return _unpacked_bundle, (wire,)
+            return _inline_bundle, torch_transport.inline(fields)
+        except Exception:
+            return torch_transport.failed, (traceback.format_exc(),)
+
+
+def _bundle_of(fields: dict[str, Any]) -> _Bundle:
+    return _Bundle([_minibatch_from_state(state) for state in fields["batches"]])
+
+
+def _unpacked_bundle(wire: torch_transport.Wire) -> _Bundle:
+    return _bundle_of(torch_transport.unpack(wire))
+
+
+def _inline_bundle(data: bytes, arrays: list[np.ndarray]) -> _Bundle:
+    return _bundle_of(torch_transport.from_inline(data, arrays))
+
+
+def _bundled(batches: Iterator[TorchMinibatch]) -> Iterator[TorchMinibatch | _Bundle]:
+    """A loader worker's minibatches grouped as it reads them: consecutive ones, up to the bundle size each carries
+    (``_bundle``); a bundle leaves as soon as it is whole (or the data ends)."""
+    group: list[TorchMinibatch] = []
+    for batch in batches:
+        if group and (batch.index != group[-1].index + 1 or len(group) >= group[0].__dict__.get("_bundle", 1)):
+            yield _Bundle(group)
+            group = []
+        group.append(batch)
+        if len(group) >= batch.__dict__.get("_bundle", 1):
+            yield _Bundle(group)
+            group = []
+    if group:
+        yield _Bundle(group)
 
 
 def _minibatch_from_state(state: dict[str, Any]) -> TorchMinibatch:
@@ -306,6 +425,29 @@ def stream_tensors(data: MinibatchData, layout: str = "auto", pad_id: int = 0) -
     return StreamTensors(padded_tensor, mask=torch.from_numpy(layouts.mask(data)))
 
 
+class _Converter:
+    """Makes a minibatch's tensors in the layout chosen for each stream (decided once per pass): (tensors, masks,
+    offsets) by stream name."""
+
+    def __init__(self, chosen: Mapping[str, str], pad_id: int):
+        self.chosen = dict(chosen)
+        self.pad_id = pad_id
+        self.auto = all(layout == "auto" for layout in self.chosen.values())
+
+    def __call__(self, minibatch: Minibatch) -> tuple[dict[str, Any], dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        if self.auto:  # (the common case: no layout asked for)
+            return {info.name: to_tensor(data) for info, data in minibatch.items()}, {}, {}
+        tensors, masks, offsets = {}, {}, {}
+        for info, data in minibatch.items():
+            converted = stream_tensors(data, self.chosen[info.name], self.pad_id)
+            tensors[info.name] = converted.value
+            if converted.mask is not None:
+                masks[info.name] = converted.mask
+            if converted.offsets is not None:
+                offsets[info.name] = converted.offsets
+        return tensors, masks, offsets
+
+
 def class_id_streams(source: MinibatchSource) -> set[str]:
     """The streams of ``source`` that :class:`MinibatchDataset` gives as class ids under ``"auto"``: the label streams
     of image deserializers (one-hot by construction, one sample per sequence)."""
@@ -320,18 +462,31 @@ def class_id_streams(source: MinibatchSource) -> set[str]:
 def to_tensor(data: MinibatchData, layout: str = "auto") -> torch.Tensor:
     """A stream's samples as a tensor: CSR rows for sparse streams, else flat or padded (see layout)."""
     if data.is_sparse:
-        assert data.indptr is not None and data.indices is not None
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", "Sparse CSR tensor support is in beta", UserWarning)
-            return torch.sparse_csr_tensor(
-                torch.from_numpy(data.indptr),
-                torch.from_numpy(data.indices.astype(np.int64)),
-                torch.from_numpy(data.values),
-                size=(data.num_samples, *data.info.shape),  # (the CSR rows: a stream declared (1, dim) is dim wide)
-                check_invariants=False,  # the reader's CSR is valid by construction
-            )
-    flat = layout == "flat" or (layout == "auto" and bool(np.all(data.sequence_lengths == 1)))
+        return _csr(data)
+    flat = layout == "flat" or (layout == "auto" and len(data.values) == len(data.sequence_lengths))
     return torch.from_numpy(data.values if flat else data.asarray())
+
+
+_INT32_LIMIT = 2**31 - 1
+
+
+def _csr(data: MinibatchData) -> torch.Tensor:
+    """A sparse stream's CSR tensor over the minibatch's own arrays: the column indices as they are (int32), the row
+    offsets narrowed to int32 (one per sample: a small copy) — or both int64 past 2**31 entries."""
+    indptr, indices = data.indptr, data.indices
+    assert indptr is not None and indices is not None
+    if len(indices) <= _INT32_LIMIT and indices.dtype == np.int32:
+        crow = torch.from_numpy(indptr.astype(np.int32))
+        col = torch.from_numpy(indices)
+    else:
+        crow, col = torch.from_numpy(indptr.astype(np.int64, copy=False)), torch.from_numpy(indices.astype(np.int64))
+    return torch.sparse_csr_tensor(
+        crow,
+        col,
+        torch.from_numpy(data.values),
+        size=(len(indptr) - 1, *data.info.shape),  # (the CSR rows: a stream declared (1, dim) is dim wide)
+        check_invariants=False,  # the reader's CSR is valid by construction
+    )
 
 
 def distributed_partition() -> tuple[int, int]:
@@ -365,6 +520,10 @@ def merge_states(states: list[dict[str, Any]]) -> dict[str, Any]:
         "epoch": max(int(s.get("epoch", 0)) for s in states),
     }
 
+
+MAX_BUNDLE = 8  # minibatches a loader worker sends at most in one message (loader())
+BUNDLE_BYTES = 4 << 20  # ... and at most about this many bytes of them
+SPARSE_GUESS = 32  # entries per sample of a sparse stream, guessed to size bundles
 
 PASS_TABLE_BYTES = 1 << 16  # the open passes of one dataset, as JSON in shared memory
 
@@ -497,6 +656,14 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
             when the ranks come from ``torch.distributed`` with more than one and the source has epochs.
         max_carry: under ``"carry"``, the most minibatches a rank may leave for the next epoch (a rank short of the
             steps then takes padding steps of ``weight`` 0; see the README for a loss that padding keeps finite).
+        ahead: iterated in the process that trains (no loader workers), up to this many minibatches are read and
+            made tensors ahead on a background thread while the step runs (:mod:`cntkio._src.integrations.ahead`:
+            the parse and the gather run in C++ without the GIL, as the step's kernels do); 0 reads each when it
+            is asked for. Order, ``state`` and resume are the same either way. Ignored in loader workers, which
+            run ahead already (``prefetch_factor``).
+        bundle: loader workers send several consecutive minibatches per message (a few MB at most), which
+            :class:`MinibatchLoader` (what :func:`loader` builds) hands out one by one — a plain ``DataLoader``
+            would yield the bundles: leave it False there.
     """
 
     def __init__(
@@ -510,8 +677,14 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
         pad_id: int = 0,
         equal_steps: str | None = "auto",
         max_carry: int = MAX_CARRY,
+        ahead: int = 2,
+        bundle: bool = False,
     ):
         super().__init__()
+        self.bundle = bool(bundle)
+        if int(ahead) < 0:
+            raise ValueError(f"ahead must be >= 0, got {ahead}")
+        self.ahead = int(ahead)
         if equal_steps not in (None, "auto"):
             check_rule(equal_steps)
         self.max_carry = check_max_carry(max_carry)
@@ -529,7 +702,8 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
         self._carry = SharedCarry()  # what the latest epoch planned carries into the next, for every process
         self._planner: EqualSteps | None = None
         self._resume: dict[str, Any] | None = None
-        self._last_state: dict[str, Any] | None = None
+        self._last_state: BatchState | None = None  # of the last batch delivered by this process's iterations
+        self._restored: dict[str, Any] | None = None  # the state the current iteration resumed from
         self._live: set[MinibatchSource] = set()
         self._epochs = _Passes()
         self._begun_here = (os.getpid(), 0)  # (process, iterations it began): a worker's pass number
@@ -572,9 +746,34 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
         epoch = self._epochs.begin(worker_pass)
         resume, self._resume = self._resume, None  # a loaded state applies to the next iteration only
         if resume is not None:
-            self._last_state = resume  # (what state_dict() reports until the first batch)
+            self._last_state = None
+            self._restored = resume  # (what state_dict() reports until the first batch)
         sent = None if worker_pass is None else (self._job[1], *worker_pass.key, epoch, os.getpid())
-        return self._minibatches(epoch, resume, worker, sent)
+        batches: Iterator[Any] = self._minibatches(epoch, resume, worker, sent)
+        if worker is None and self.ahead:
+            batches = Ahead(batches, self.ahead, name="cntkio-torch-ahead")
+        elif worker is not None and self.bundle:
+            batches = _bundled(batches)
+        return self._delivered(batches)
+
+    def _delivered(self, batches: Iterator[Any]) -> Iterator[Any]:
+        """The batches (or bundles) as the caller takes them, the last one's state kept as this dataset's last
+        (``state_dict``)."""
+        try:
+            while True:
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    return
+                last = batch.batches[-1] if isinstance(batch, _Bundle) else batch
+                state = last._state
+                self._last_state = state if isinstance(state, BatchState) else None
+                del last
+                yield batch
+                del batch  # only the caller holds the batch: once it lets go, a later read may reuse its memory
+        finally:
+            if isinstance(batches, Ahead):
+                batches.close()
 
     def _worker_pass(self, worker: Any) -> _WorkerPass:
         pid, begun = self._begun_here
@@ -594,6 +793,8 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
         self._live.add(source)
         exchange = self._exchange(source, epoch, worker_id, workers)
         chosen = self._layouts(source)
+        convert = _Converter(chosen, self.pad_id)
+        bundle = self._bundle_size(source, partitions) if worker is not None else 1
         index = base = 0
         try:
             planner = self._equal_steps_planner(source, partitions)
@@ -608,12 +809,15 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
             while stream is None or not stream.done:  # (equal steps: the plan's steps; else to the data's end)
                 if exchange is not None:
                     exchange.at(index)
-                mine = worker_of(index, workers, base) == worker_id
+                mine = worker_of(index, workers, base, bundle) == worker_id
                 if stream is not None and stream.padding:
                     stream.pad()
                     index += 1
                     if mine:
-                        yield self._padding(source, stream, epoch, index, base, chosen)
+                        padding = self._padding(source, stream, epoch, index, base, chosen)
+                        padding._transport, padding._pass = transport, sent  # type: ignore[attr-defined]
+                        padding._bundle = bundle  # type: ignore[attr-defined]
+                        yield padding
                     continue
                 if not mine:
                     if stream is not None:
@@ -630,21 +834,20 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
                 if not isinstance(minibatch, Minibatch):
                     return
                 index += 1
-                state = self._state(source, stream, epoch, index, base)
-                streams = {info.name: stream_tensors(data, chosen[info.name], self.pad_id)
-                           for info, data in minibatch.items()}  # fmt: skip
+                tensors, masks, offsets = convert(minibatch)
                 batch = TorchMinibatch(
-                    tensors={name: stream.value for name, stream in streams.items()},
-                    lengths={info.name: torch.from_numpy(d.sequence_lengths) for info, d in minibatch.items()},
-                    masks={name: stream.mask for name, stream in streams.items() if stream.mask is not None},
-                    offsets={name: stream.offsets for name, stream in streams.items() if stream.offsets is not None},
-                    provenance=minibatch.provenance,
-                    state=state,
-                    end_of_sweep=any(data.end_of_sweep for data in minibatch.values()),
-                    index=index - 1,
+                    tensors,
+                    {info.name: torch.from_numpy(data.sequence_lengths) for info, data in minibatch.items()},
+                    minibatch.provenance,
+                    self._state(source, stream, epoch, index, base),
+                    any(data.end_of_sweep for data in minibatch.values()),
+                    index - 1,
+                    masks,
+                    offsets,
                 )
                 batch._transport = transport  # type: ignore[attr-defined]
                 batch._pass = sent  # type: ignore[attr-defined]
+                batch._bundle = bundle  # type: ignore[attr-defined]
                 del minibatch  # only the caller holds the batch: once it lets go, the next read reuses its memory
                 yield batch
                 del batch
@@ -653,6 +856,20 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
             self._live.discard(source)
             if exchange is not None:
                 exchange.close()
+
+    def _bundle_size(self, source: MinibatchSource, partitions: int) -> int:
+        """Minibatches a loader worker sends in one message when bundling (:func:`loader`): as many as fit
+        :data:`BUNDLE_BYTES` by the streams' declared sample sizes (sparse ones guessed), at most :data:`MAX_BUNDLE`;
+        1 when not bundling. The same in every worker of a pass (decided from the source's streams alone)."""
+        if not self.bundle:
+            return 1
+        per_sample = 0
+        for info in source.stream_infos():
+            width = int(np.prod(info.shape, dtype=np.int64))
+            itemsize = np.dtype(info.dtype).itemsize
+            per_sample += (min(width, SPARSE_GUESS) * (itemsize + 4)) if info.is_sparse else width * itemsize
+        samples = max(1, self.minibatch_size // partitions)
+        return int(max(1, min(MAX_BUNDLE, BUNDLE_BYTES // max(1, per_sample * samples))))
 
     def _equal_steps_planner(self, source: MinibatchSource, partitions: int) -> EqualSteps | None:
         """The planner of this dataset's equal steps (kept across the iterations of this process), or None."""
@@ -683,13 +900,9 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
 
     def _state(
         self, source: MinibatchSource, stream: RankStream | None, epoch: int, index: int, base: int
-    ) -> dict[str, Any]:
-        """The state after minibatch ``index - 1``, also kept as this dataset's last state."""
-        state = {"source": source.get_checkpoint_state(), "minibatch_index": index, "epoch": epoch}
-        if stream is not None:
-            state["equal_steps"] = stream.plan.state()
-        self._last_state = {**state, "worker_base": base}
-        return state
+    ) -> BatchState:
+        """The state after minibatch ``index - 1`` (compact: its dict is built when asked for)."""
+        return BatchState(source.pending_checkpoint(), index, epoch, None if stream is None else stream.plan, base)
 
     def _padding(
         self, source: MinibatchSource, stream: RankStream, epoch: int, index: int, base: int, chosen: dict[str, str]
@@ -761,7 +974,10 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
         Unlike ``batch.state``, it keeps the worker assignment, as a ``StatefulDataLoader`` restoring
         each worker with its own state expects.
         """
-        state = self._last_state if self._last_state is not None else (self._resume or {})
+        if self._last_state is not None:
+            state = self._last_state.with_worker_base()
+        else:
+            state = self._resume or self._restored or {}
         return {STATE_KEY: json.dumps(state)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -775,7 +991,7 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
         if set(state) == {STATE_KEY}:  # from state_dict()
             state = json.loads(state[STATE_KEY]) if state[STATE_KEY] else {}
         self._resume = dict(state) if state else None
-        self._last_state = None
+        self._last_state = self._restored = None
         if state:
             self._epochs.set(int(state.get("epoch", 0)))  # the resumed epoch; the iterations after it follow on
 
@@ -802,6 +1018,7 @@ def loader(
             for batch in train:
                 loss = model(batch["features"]).sum()
     """
+    dataset_options.setdefault("bundle", num_workers > 0)
     dataset = MinibatchDataset(make_source, minibatch_size, **dataset_options)
     options: dict[str, Any] = {}
     if num_workers > 0:
@@ -810,4 +1027,18 @@ def loader(
             options["prefetch_factor"] = prefetch_factor
         if multiprocessing_context is not None:
             options["multiprocessing_context"] = multiprocessing_context
-    return DataLoader(dataset, batch_size=None, num_workers=num_workers, pin_memory=pin_memory, **options)
+    return MinibatchLoader(dataset, batch_size=None, num_workers=num_workers, pin_memory=pin_memory, **options)
+
+
+class MinibatchLoader(DataLoader):  # type: ignore[misc]  # (torch is Any to the type checker)
+    """The ``DataLoader`` :func:`loader` builds: the minibatches of its workers' bundles one by one (each message
+    from a worker holds several; see ``MinibatchDataset(bundle=True)``), in the order of the rank's minibatches."""
+
+    def __iter__(self) -> Iterator[TorchMinibatch]:
+        for item in super().__iter__():
+            if isinstance(item, _Bundle):
+                batches, item.batches = item.batches, []
+                while batches:
+                    yield batches.pop(0)  # (a minibatch handed out is held by the caller alone)
+            else:
+                yield item

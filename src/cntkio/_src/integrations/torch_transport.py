@@ -25,12 +25,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import io
+import math
 import mmap
 import os
 import pickle
 import secrets
 import threading
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -174,6 +174,8 @@ def _to_refs(value: Any, tensors: list[tuple[int, np.ndarray]], offset: list[int
     """``value`` with its CPU tensors replaced by refs to where they go in a slot (appended to ``tensors``)."""
     if isinstance(value, dict):
         return {key: _to_refs(item, tensors, offset) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_to_refs(item, tensors, offset) for item in value]
     if isinstance(value, PackedSequence):
         return _PackedRef(tuple(_to_refs(part, tensors, offset) for part in value))
     if not isinstance(value, torch.Tensor) or value.device.type != "cpu" or value.is_nested:
@@ -270,16 +272,15 @@ def unpack(wire: Wire) -> dict[str, Any]:
 def _from_refs(value: Any, buffer: Any) -> Any:
     if isinstance(value, dict):
         return {key: _from_refs(item, buffer) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_from_refs(item, buffer) for item in value]
     if isinstance(value, _Ref):
-        dtype = np.dtype(value.dtype)
-        count = int(np.prod(value.shape, dtype=np.int64))
-        array = np.frombuffer(buffer, dtype, count, value.offset).reshape(value.shape)
+        count = math.prod(value.shape)
+        array = np.frombuffer(buffer, value.dtype, count, value.offset).reshape(value.shape)
         return torch.from_numpy(array)
     if isinstance(value, _CSRRef):
         parts = (_from_refs(value.crow, buffer), _from_refs(value.col, buffer), _from_refs(value.values, buffer))
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", "Sparse CSR tensor support is in beta", UserWarning)
-            return torch.sparse_csr_tensor(*parts, size=value.size, check_invariants=False)
+        return torch.sparse_csr_tensor(*parts, size=value.size, check_invariants=False)  # (the beta warning: torch.py)
     if isinstance(value, _PackedRef):
         return PackedSequence(*(_from_refs(part, buffer) for part in value.parts))
     return value

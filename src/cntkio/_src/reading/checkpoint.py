@@ -65,7 +65,8 @@ class PendingCheckpoint:
                 "fingerprint": json.loads(self._identity),
                 **entries,
             })  # fmt: skip
-        return json.loads(json.dumps(self._state))
+        copy: dict[str, Any] = json.loads(json.dumps(self._state))
+        return copy
 
     def __getstate__(self) -> tuple[dict[str, Any], str]:
         return self._entries, self._identity

@@ -1,0 +1,194 @@
+"""The PyTorch hand-off (issue 25): minibatches read ahead on a background thread (``ahead``) give the same stream,
+states and resumes as reading on demand; a batch's state is taken compactly and built when asked for; sparse streams
+are CSR tensors over the reader's int32 indices; loader workers send bundles of minibatches that ``loader()`` hands
+out one by one, in the order of ``num_workers=0``."""
+
+from __future__ import annotations
+
+import functools
+import gc
+import pickle
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from cntkio import CTFDeserializer, MinibatchSource, StreamDef, StreamDefs  # noqa: E402
+from cntkio._src.integrations import shm  # noqa: E402
+from cntkio._src.integrations.ahead import Ahead  # noqa: E402
+from cntkio.torch import BatchState, MinibatchDataset, MinibatchLoader, loader  # noqa: E402
+
+
+def write_ctf(path: Path, sequences: int = 300) -> Path:
+    rng = np.random.default_rng(5)
+    lines = []
+    for k in range(sequences):
+        for step in range(int(rng.integers(1, 6))):
+            label = f" |y {k % 7}:1" if step == 0 else ""
+            lines.append(f"{k} |x {rng.integers(0, 50)}:{step + 1} {rng.integers(50, 100)}:0.5{label}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def make_source(path: str, sweeps: int = 2) -> MinibatchSource:
+    streams = StreamDefs(
+        x=StreamDef(field="x", shape=100, is_sparse=True), y=StreamDef(field="y", shape=7, is_sparse=True)
+    )
+    reader = CTFDeserializer(path, streams, chunk_size_in_bytes=1500)
+    return MinibatchSource(reader, max_sweeps=sweeps, randomization_window_in_chunks=3, randomization_seed=3)
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> str:
+    return str(write_ctf(tmp_path / "data.ctf"))
+
+
+def stream_of(batches: Any) -> list[tuple[Any, ...]]:
+    """Each batch as (keys, x's values and column ids, the state's source position)."""
+    return [
+        (tuple(b.keys), b["x"].values().numpy().tobytes(), b["x"].col_indices().numpy().tobytes(),
+         b.state["source"]["minibatchSourcePosition"])
+        for b in batches
+    ]  # fmt: skip
+
+
+def test_ahead_gives_the_stream_and_states_of_reading_on_demand(data: str) -> None:
+    make = functools.partial(make_source, data)
+    on_demand = stream_of(MinibatchDataset(make, 64, ahead=0))
+    assert len(on_demand) > 10
+    for ahead in (1, 2, 5):
+        assert stream_of(MinibatchDataset(make, 64, ahead=ahead)) == on_demand
+
+
+@pytest.mark.parametrize("ahead", [0, 3])
+def test_a_loop_left_early_resumes_after_the_last_batch_delivered(data: str, ahead: int) -> None:
+    """Batches read ahead and never delivered are not skipped: state_dict() is the last delivered batch's."""
+    make = functools.partial(make_source, data)
+    expected = stream_of(MinibatchDataset(make, 64, ahead=0))
+    dataset = MinibatchDataset(make, 64, ahead=ahead)
+    iterator = iter(dataset)
+    taken = [next(iterator) for _ in range(7)]
+    saved = dataset.state_dict()
+    del iterator
+    gc.collect()
+    resumed = MinibatchDataset(make, 64, ahead=ahead)
+    resumed.load_state_dict(saved)
+    assert stream_of(taken) + stream_of(resumed) == expected
+    again = MinibatchDataset(make, 64, ahead=ahead)
+    again.load_state_dict(taken[3].state)
+    assert stream_of(again) == expected[4:]
+
+
+class Boom(RuntimeError):
+    pass
+
+
+def test_ahead_raises_the_producers_error_after_the_items_before_it() -> None:
+    def items() -> Any:
+        yield 1
+        yield 2
+        raise Boom("the third")
+
+    got = []
+    with pytest.raises(Boom, match="the third"):
+        for item in Ahead(items(), 2):
+            got.append(item)
+    assert got == [1, 2]
+
+
+def test_closing_ahead_stops_its_thread_and_closes_the_producer() -> None:
+    closed = threading.Event()
+
+    def endless() -> Any:
+        try:
+            k = 0
+            while True:
+                yield k
+                k += 1
+        finally:
+            closed.set()
+
+    ahead = Ahead(endless(), 2, name="test-ahead")
+    assert [next(ahead) for _ in range(5)] == [0, 1, 2, 3, 4]
+    ahead.close()
+    assert closed.is_set()
+    assert not any(t.name == "test-ahead" for t in threading.enumerate())
+    with pytest.raises(StopIteration):
+        next(ahead)
+
+
+def test_dropping_an_iteration_stops_the_background_thread(data: str) -> None:
+    dataset = MinibatchDataset(functools.partial(make_source, data), 64, ahead=2)
+    iterator = iter(dataset)
+    next(iterator)
+    assert any(t.name == "cntkio-torch-ahead" for t in threading.enumerate())
+    del iterator
+    gc.collect()
+    assert not any(t.name == "cntkio-torch-ahead" for t in threading.enumerate())
+    assert not dataset._live  # the source the thread read was closed
+
+
+def test_ahead_must_not_be_negative(data: str) -> None:
+    with pytest.raises(ValueError, match="ahead"):
+        MinibatchDataset(functools.partial(make_source, data), 64, ahead=-1)
+
+
+def test_a_batch_state_is_built_when_asked_and_equals_the_sources_checkpoint(data: str) -> None:
+    source = make_source(data)
+    dataset = MinibatchDataset(functools.partial(make_source, data), 64, ahead=0)
+    for k, batch in enumerate(dataset):
+        assert isinstance(batch._state, BatchState)
+        assert batch._state._dict is None  # nothing built yet
+        source.next_minibatch(64)
+        if k % 5 == 0:
+            assert batch.state["source"] == source.get_checkpoint_state()
+            assert batch.state["minibatch_index"] == k + 1
+            copy = pickle.loads(pickle.dumps(batch))
+            assert copy.state == batch.state
+    source.close()
+
+
+def test_sparse_streams_are_csr_over_int32_indices(data: str) -> None:
+    batch = next(iter(MinibatchDataset(functools.partial(make_source, data), 64, ahead=0)))
+    x = batch["x"]
+    assert x.layout == torch.sparse_csr
+    assert x.col_indices().dtype == torch.int32 and x.crow_indices().dtype == torch.int32
+    assert x.shape[1] == 100
+    dense = x.to_dense()
+    assert dense.shape[0] == int(batch.lengths["x"].sum())
+
+
+@pytest.mark.skipif(not shm.available(), reason="needs /dev/shm")
+def test_loader_workers_send_bundles_handed_out_in_the_order_of_no_workers(data: str) -> None:
+    make = functools.partial(make_source, data, 3)
+    expected = stream_of(loader(make, 32))
+    with_workers = loader(make, 32, num_workers=2)
+    assert isinstance(with_workers, MinibatchLoader) and with_workers.dataset.bundle
+    assert stream_of(with_workers) == expected
+    assert stream_of(loader(make, 32, num_workers=1)) == expected
+
+
+@pytest.mark.skipif(not shm.available(), reason="needs /dev/shm")
+def test_a_state_inside_a_bundle_resumes_with_workers(data: str) -> None:
+    make = functools.partial(make_source, data, 3)
+    expected = stream_of(loader(make, 32))
+    batches = list(loader(make, 32, num_workers=2))
+    for k in (2, 9, 13):
+        resumed = loader(make, 32, num_workers=2)
+        resumed.dataset.load_state_dict(batches[k].state)
+        assert stream_of(resumed) == expected[k + 1 :]
+
+
+def test_bundles_are_sized_by_the_streams(data: str) -> None:
+    source = make_source(data)
+    small = MinibatchDataset(functools.partial(make_source, data), 64, bundle=True)
+    assert small._bundle_size(source, 1) == 8
+    large = MinibatchDataset(functools.partial(make_source, data), 10**6, bundle=True)
+    assert large._bundle_size(source, 1) == 1
+    plain = MinibatchDataset(functools.partial(make_source, data), 64)
+    assert plain._bundle_size(source, 1) == 1
+    source.close()
