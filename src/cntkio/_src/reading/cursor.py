@@ -20,6 +20,9 @@ from cntkio._src.corpus.table import Corpus
 from cntkio._src.order import Block, Randomization, SweepOrder
 
 ALL_CONSUMED = 2**62  # a layer cursor past every position: that partition read its whole share
+SINGLE = (1, 0)  # the partitioning of a cursor that reads every unit
+CHAIN_READS = 64  # reads of a block's greedy chain computed at once (see Cursor._chained)
+CHAIN_MIN_UNITS = 1024  # ... over at least this many units
 
 
 class Selection(NamedTuple):
@@ -71,6 +74,9 @@ class Cursor:
         self.sample_base = 0  # sample position of the block in its sweep
         self.partitioning: tuple[int, int] | None = None
         self.layers: dict[int, list[tuple[int, list[int]]]] = {}
+        # The greedy reads of a block for one budget, from the offsets a read of it starts at: ((sweep, block, budget),
+        # the block, {offset: (end, start of the last unit)}); see _chained.
+        self._chain: tuple[tuple[int, int, int], Block, dict[int, tuple[int, int]]] | None = None
 
     # --- orders and blocks -------------------------------------------------------------------------
     def order(self, sweep: int) -> SweepOrder:
@@ -162,6 +168,10 @@ class Cursor:
         """Takes the next units of this partition: whole units while their samples fit the budget (at
         least one), none at or past ``epoch_end`` (a global sample position), and (``max_sweeps``) from at
         most that many consecutive sweeps."""
+        if partitions == 1 and self.partitioning == SINGLE and not self.layers:
+            fast = self._chained(budget, epoch_end)
+            if fast is not None:
+                return fast
         self.set_partitioning(partitions, index)
         first_sweep = first_taken = self.sweep
         pieces: list[tuple[Block, slice | np.ndarray]] = []
@@ -217,6 +227,62 @@ class Cursor:
                 break  # a length-bucketed read ends with its block: the next block's buckets stay whole
         return self._selection(pieces, sweep_ends, first_sweep)
 
+    def _chained(self, budget: int, epoch_end: float) -> Selection | None:
+        """:meth:`select`'s read when the cursor reads every unit (one partition, no layers, no length buckets) and
+        the read ends inside the current block, before ``epoch_end``; else None (nothing moved) for the general
+        walk. Such reads are the greedy chain of the block: from offset ``o`` the read takes units ``[o, e)``, ``e``
+        the last position whose samples from ``o`` fit the budget (at least ``o + 1``), and the next read starts at
+        ``e``. The chain is computed for :data:`CHAIN_READS` reads at once (one vectorised search) and kept for the
+        block and budget: a read then costs a dictionary lookup and three slices."""
+        chain = self._chain
+        key = (self.sweep, self.block, budget)
+        if chain is None or chain[0] != key:
+            if self.randomization.bucket_samples:
+                return None
+            chain = self._chain = (key, self.current_block, {})
+        block, steps = chain[1], chain[2]
+        first = self.offset
+        step = steps.get(first)
+        if step is None:
+            computed = self._chain_from(block, first, budget)
+            if computed is None:
+                return None
+            self._chain = (key, block, computed)
+            step = computed.get(first)
+            if step is None:
+                return None
+        end, last_start = step
+        if self.sweep * self.sweep_size + self.sample_base + last_start >= epoch_end:
+            return None  # the epoch ends inside the read (or before it)
+        self.offset = end
+        return Selection(block.units[first:end], block.chunks[first:end], block.lengths[first:end], [], self.sweep)
+
+    @staticmethod
+    def _chain_from(block: Block, first: int, budget: int) -> dict[int, tuple[int, int]] | None:
+        """The reads of ``block`` chained from offset ``first`` (see :meth:`_chained`) that end inside it:
+        ``{offset: (end, sample offset of the read's last unit)}``; None for a block with length buckets."""
+        if block.cuts is not None:
+            return None
+        size = len(block)
+        if first >= size:
+            return {}
+        starts = block.starts
+        per_read = max(1, budget * size // max(1, block.samples))  # units of an average read
+        stop = min(size, first + max(CHAIN_MIN_UNITS, CHAIN_READS * per_read))
+        ends = starts.searchsorted(starts[first:stop] + budget, side="right") - 1
+        np.maximum(ends, np.arange(first + 1, stop + 1, dtype=ends.dtype), out=ends)
+        ends_list = ends.tolist()
+        lasts = starts[ends - 1].tolist()
+        steps: dict[int, tuple[int, int]] = {}
+        at = first
+        while at < stop:
+            end = ends_list[at - first]
+            if end >= size:
+                break  # the read takes the rest of the block and goes on: the general walk's
+            steps[at] = (end, lasts[at - first])
+            at = end
+        return steps
+
     @staticmethod
     def _selection(
         pieces: list[tuple[Block, slice | np.ndarray]], sweep_ends: list[int], first_sweep: int
@@ -261,14 +327,15 @@ class Cursor:
     # --- state -------------------------------------------------------------------------------------
     def mark(self) -> tuple[Any, ...]:
         """A cheap snapshot of the position, to :meth:`rewind` to when a read fails after selecting."""
-        layers = {s: [(n, list(c)) for n, c in entries] for s, entries in self.layers.items()}
+        layers = {s: [(n, list(c)) for n, c in entries] for s, entries in self.layers.items()} if self.layers else {}
         return (self.sweep, self.block, self.offset, self.unit_base, self.sample_base, self.partitioning, layers)
 
     def rewind(self, mark: tuple[Any, ...]) -> None:
         """Back to ``mark`` (which stays valid: a mark may be rewound to again)."""
         self.sweep, self.block, self.offset, self.unit_base, self.sample_base, self.partitioning, layers = mark
-        self.layers = {s: [(n, list(c)) for n, c in entries] for s, entries in layers.items()}
-        self._own_cache.clear()
+        self.layers = {s: [(n, list(c)) for n, c in entries] for s, entries in layers.items()} if layers else {}
+        if self._own_cache:
+            self._own_cache.clear()
 
     def get_state(self) -> dict[str, Any]:
         return {
