@@ -153,8 +153,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     check(r.missing.empty());
     if (r.short_unit >= 0) return 0;
     check(r.streams.size() == layout.size());
+    const char* const arena = r.arena.data();
+    auto inside = [&](const auto& span, size_t at) {  // a part of the arena, where its offset says, aligned
+      const size_t bytes = span.size() * sizeof(*span.data());
+      check(at % kArenaAlign == 0 && at + bytes <= r.arena.size());
+      check(bytes == 0 || reinterpret_cast<const char*>(span.data()) == arena + at);
+    };
     for (size_t s = 0; s < layout.size(); ++s) {
       const StreamOut& out = r.streams[s];
+      inside(out.values, out.values_at);
+      inside(out.lengths, out.lengths_at);
+      if (layout[s].sparse) {
+        inside(out.indices, out.indices_at);
+        inside(out.indptr, out.indptr_at);
+      }
       int64_t samples = 0;
       for (int64_t l : out.lengths) samples += l;
       if (layout[s].sparse) {

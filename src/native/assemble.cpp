@@ -305,10 +305,13 @@ GatherResult Store::gather(const Request& request) const {
     }
   }
   auto kept = [&](int64_t i) { return result.keep.empty() || result.keep[i]; };
+  int64_t units_kept = n;
+  for (const uint8_t k : result.keep) units_kept -= k == 0;
   result.streams.resize(num_streams);
-  // Sizes, then copies, stream by stream.
+  // Sizes of every stream first (prefetching the rows each unit reads), then one arena for all of them, then the
+  // copies, stream by stream.
+  std::vector<int64_t> stream_samples(num_streams), stream_entries(num_streams);
   for (size_t s = 0; s < num_streams; ++s) {
-    StreamOut& out = result.streams[s];
     const size_t d = part_of[s];
     const int64_t itemsize = layout[s].itemsize, width = layout[s].width;
     const bool sparse = layout[s].sparse, repeated = broadcast[d] != 0;
@@ -329,22 +332,56 @@ GatherResult Store::gather(const Request& request) const {
         for (int64_t line = 0; line < std::min<int64_t>(width * itemsize, 256); line += 64) __builtin_prefetch(row + line);
       }
     }
-    out.lengths.reserve(n);
-    if (sparse) {
-      out.values.resize(static_cast<size_t>(entries * itemsize));
-      out.indices.resize(static_cast<size_t>(entries));
-      out.indptr.resize(static_cast<size_t>(samples + 1));
-      out.indptr[0] = 0;
+    stream_samples[s] = samples;
+    stream_entries[s] = entries;
+  }
+  size_t arena_bytes = 0;
+  auto part = [&](size_t bytes) {  // the offset of a part of `bytes` bytes
+    const size_t at = arena_bytes;
+    arena_bytes += (bytes + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
+    return at;
+  };
+  for (size_t s = 0; s < num_streams; ++s) {
+    StreamOut& out = result.streams[s];
+    const size_t itemsize = static_cast<size_t>(layout[s].itemsize), samples = static_cast<size_t>(stream_samples[s]);
+    out.lengths_at = part(static_cast<size_t>(units_kept) * sizeof(int64_t));
+    if (layout[s].sparse) {
+      const size_t entries = static_cast<size_t>(stream_entries[s]);
+      out.values_at = part(entries * itemsize);
+      out.indices_at = part(entries * sizeof(int32_t));
+      out.indptr_at = part((samples + 1) * sizeof(int64_t));
     } else {
-      out.values.resize(static_cast<size_t>(samples * width * itemsize));
+      out.values_at = part(samples * static_cast<size_t>(layout[s].width) * itemsize);
     }
-    int64_t sample_at = 0, entry_at = 0;
+  }
+  result.arena.resize(arena_bytes);
+  char* const arena = result.arena.data();
+  for (size_t s = 0; s < num_streams; ++s) {
+    StreamOut& out = result.streams[s];
+    const size_t itemsize = static_cast<size_t>(layout[s].itemsize), samples = static_cast<size_t>(stream_samples[s]);
+    out.lengths = {reinterpret_cast<int64_t*>(arena + out.lengths_at), static_cast<size_t>(units_kept)};
+    if (layout[s].sparse) {
+      const size_t entries = static_cast<size_t>(stream_entries[s]);
+      out.values = {arena + out.values_at, entries * itemsize};
+      out.indices = {reinterpret_cast<int32_t*>(arena + out.indices_at), entries};
+      out.indptr = {reinterpret_cast<int64_t*>(arena + out.indptr_at), samples + 1};
+    } else {
+      out.values = {arena + out.values_at, samples * static_cast<size_t>(layout[s].width) * itemsize};
+    }
+  }
+  for (size_t s = 0; s < num_streams; ++s) {
+    StreamOut& out = result.streams[s];
+    const size_t d = part_of[s];
+    const int64_t itemsize = layout[s].itemsize, width = layout[s].width;
+    const bool sparse = layout[s].sparse, repeated = broadcast[d] != 0;
+    if (sparse) out.indptr[0] = 0;
+    int64_t sample_at = 0, entry_at = 0, unit_at = 0;
     for (int64_t i = 0; i < n; ++i) {
       if (!kept(i)) continue;
       const Column& c = chunks[i * num_parts + d]->columns[column_of[s]];
       const size_t at = static_cast<size_t>(i) * num_streams + s;
       const int64_t count = counts[at], sample = samples_at[at];
-      out.lengths.push_back(count);
+      out.lengths[static_cast<size_t>(unit_at++)] = count;
       if (repeated) {  // one sample, `count` times
         const int64_t a = sparse ? entry_of(c, sample) : 0, b = sparse ? entry_of(c, sample + 1) : 0;
         const int64_t row_bytes = width * itemsize;
@@ -353,7 +390,7 @@ GatherResult Store::gather(const Request& request) const {
             copy_bytes(out.values.data() + entry_at * itemsize, c.values + a * itemsize, static_cast<size_t>((b - a) * itemsize));
             copy_bytes(out.indices.data() + entry_at, c.indices + a, static_cast<size_t>(b - a) * sizeof(int32_t));
             entry_at += b - a;
-            out.indptr[sample_at + r + 1] = entry_at;
+            out.indptr[static_cast<size_t>(sample_at + r + 1)] = entry_at;
           } else {
             copy_bytes(out.values.data() + (sample_at + r) * row_bytes, c.values + sample * row_bytes,
                         static_cast<size_t>(row_bytes));
@@ -363,7 +400,9 @@ GatherResult Store::gather(const Request& request) const {
         const int64_t a = entry_of(c, sample), b = entry_of(c, sample + count);
         copy_bytes(out.values.data() + entry_at * itemsize, c.values + a * itemsize, static_cast<size_t>((b - a) * itemsize));
         copy_bytes(out.indices.data() + entry_at, c.indices + a, static_cast<size_t>(b - a) * sizeof(int32_t));
-        for (int64_t r = 0; r < count; ++r) out.indptr[sample_at + r + 1] = entry_at + (entry_of(c, sample + r + 1) - a);
+        for (int64_t r = 0; r < count; ++r) {
+          out.indptr[static_cast<size_t>(sample_at + r + 1)] = entry_at + (entry_of(c, sample + r + 1) - a);
+        }
         entry_at += b - a;
       } else {
         const int64_t row_bytes = width * itemsize;

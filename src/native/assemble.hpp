@@ -78,14 +78,34 @@ struct Request {
   UnitKind kind = UnitKind::sequences;
 };
 
-struct StreamOut {  // written once by the gather: not zero-filled first
-  Buffer<char> values;
-  Buffer<int32_t> indices;
-  Buffer<int64_t> indptr;
-  Buffer<int64_t> lengths;  // samples per kept unit
+// `size()` elements at `data()`: a part of a gather's arena.
+template <class T>
+struct Span {
+  T* ptr = nullptr;
+  size_t n = 0;
+  T* data() const { return ptr; }
+  size_t size() const { return n; }
+  bool empty() const { return n == 0; }
+  T* begin() const { return ptr; }
+  T* end() const { return ptr + n; }
+  T& operator[](size_t i) const { return ptr[i]; }
+  T& back() const { return ptr[n - 1]; }
 };
 
+struct StreamOut {  // parts of the gather's arena, written once by the gather: not zero-filled first
+  Span<char> values;
+  Span<int32_t> indices;  // sparse only
+  Span<int64_t> indptr;   // sparse only
+  Span<int64_t> lengths;  // samples per kept unit
+  // Byte offsets of the parts in the arena (each a multiple of kArenaAlign).
+  size_t values_at = 0, indices_at = 0, indptr_at = 0, lengths_at = 0;
+};
+
+constexpr size_t kArenaAlign = 64;  // every part of a gather's arena starts on a cache line of its own
+
 struct GatherResult {
+  // The minibatch's arrays, every stream's, in one allocation (the arrays handed to Python are views of it).
+  Buffer<char> arena;
   std::vector<StreamOut> streams;  // every deserializer's streams, deserializer after deserializer
   std::vector<uint8_t> keep;       // empty: every unit kept; else 0 for units dropped as invalid
   int64_t short_unit = -1;         // >= 0: a unit whose stream `short_stream` (of every stream, in order)

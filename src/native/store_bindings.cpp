@@ -88,6 +88,11 @@ class ChunkStore {
  public:
   ChunkStore(const std::vector<std::vector<std::tuple<bool, int64_t, char, int64_t>>>& layouts,
              const std::vector<int64_t>& slot_counts) {
+    nb::module_ numpy = nb::module_::import_("numpy");
+    frombuffer_ = numpy.attr("frombuffer");
+    numpy_dtype_ = numpy.attr("dtype");
+    int32_ = numpy_dtype_("int32");
+    int64_ = numpy_dtype_("int64");
     std::vector<std::vector<assemble::ColumnSpec>> specs;
     for (const auto& layout : layouts) {
       specs.emplace_back();
@@ -103,6 +108,11 @@ class ChunkStore {
         dtype.lanes = 1;
         layout_.push_back({{sparse, width, itemsize}, dtype});
         specs.back().push_back({sparse, width, itemsize});
+        // The NumPy dtype the gather's values are read as from its arena: dense rows as a sub-array dtype, so that
+        // numpy.frombuffer gives (samples, width) at once.
+        const std::string code = kind == 'b' ? std::string("?") : std::string(1, kind) + std::to_string(itemsize);
+        nb::object base = numpy_dtype_(nb::str(code.c_str()));
+        value_dtypes_.push_back(sparse ? base : numpy_dtype_(nb::make_tuple(base, nb::make_tuple(width))));
       }
     }
     try {
@@ -273,21 +283,42 @@ class ChunkStore {
     if (r.short_unit >= 0) {
       return {nb::none(), nb::none(), nb::make_tuple(r.short_unit, r.short_stream, r.short_row), nb::none()};
     }
+    // One array owns the arena (returned to the allocator when the last view of it goes); each stream's arrays
+    // are numpy.frombuffer views of it, a NumPy call each instead of an exported array and a capsule each.
+    const size_t arena_bytes = r.arena.size();
+    auto* arena = new Buffer<char>(std::move(r.arena));
+    nb::capsule owner(arena, [](void* p) noexcept { delete static_cast<Buffer<char>*>(p); });
+    const size_t arena_shape[1] = {arena_bytes};
+    static char empty_arena[assemble::kArenaAlign];
+    nb::object buffer = nb::cast(nb::ndarray<nb::numpy, uint8_t>(arena_bytes ? arena->data() : empty_arena, 1,
+                                                                 arena_shape, owner));
+    auto view = [&](const nb::object& dtype, size_t count, size_t offset) {
+      PyObject* args[4] = {buffer.ptr(), dtype.ptr(), PyLong_FromSize_t(count), PyLong_FromSize_t(offset)};
+      if (!args[2] || !args[3]) {
+        Py_XDECREF(args[2]);
+        Py_XDECREF(args[3]);
+        throw nb::python_error();
+      }
+      PyObject* array = PyObject_Vectorcall(frombuffer_.ptr(), args, 4, nullptr);
+      Py_DECREF(args[2]);
+      Py_DECREF(args[3]);
+      if (!array) throw nb::python_error();
+      return nb::steal(array);
+    };
     nb::list streams;
     for (size_t s = 0; s < layout_.size(); ++s) {
-      assemble::StreamOut& out = r.streams[s];
+      const assemble::StreamOut& out = r.streams[s];
       const StreamLayout& layout = layout_[s];
       const size_t itemsize = static_cast<size_t>(layout.spec.itemsize);
+      nb::object lengths = view(int64_, out.lengths.size(), out.lengths_at);
       if (layout.spec.sparse) {
-        const size_t entries = out.values.size() / itemsize;
-        streams.append(nb::make_tuple(bytes_to_numpy(std::move(out.values), layout.dtype, {entries}),
-                                      to_numpy(std::move(out.lengths)), to_numpy(std::move(out.indices)),
-                                      to_numpy(std::move(out.indptr))));
+        streams.append(nb::make_tuple(view(value_dtypes_[s], out.values.size() / itemsize, out.values_at), lengths,
+                                      view(int32_, out.indices.size(), out.indices_at),
+                                      view(int64_, out.indptr.size(), out.indptr_at)));
       } else {
-        const size_t width = static_cast<size_t>(layout.spec.width);
-        const size_t samples = out.values.size() / (itemsize * width);
-        streams.append(nb::make_tuple(bytes_to_numpy(std::move(out.values), layout.dtype, {samples, width}),
-                                      to_numpy(std::move(out.lengths)), nb::none(), nb::none()));
+        const size_t row_bytes = itemsize * static_cast<size_t>(layout.spec.width);
+        streams.append(nb::make_tuple(view(value_dtypes_[s], out.values.size() / row_bytes, out.values_at), lengths,
+                                      nb::none(), nb::none()));
       }
     }
     nb::object keep = r.keep.empty() ? nb::none() : nb::cast(to_numpy(std::move(r.keep)));
@@ -303,6 +334,8 @@ class ChunkStore {
 
   std::vector<StreamLayout> layout_;  // every stream, deserializer after deserializer
   std::unique_ptr<assemble::Store> store_;
+  nb::object frombuffer_, numpy_dtype_, int32_, int64_;  // numpy.frombuffer, numpy.dtype, the offsets' dtypes
+  std::vector<nb::object> value_dtypes_;  // per stream, the dtype of its values in the arena (see the constructor)
 };
 
 }  // namespace

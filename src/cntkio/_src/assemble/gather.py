@@ -33,6 +33,16 @@ class Assembler:
         self.infos = corpus.streams  # deserializer after deserializer, as the native store gathers them
         self.store = store
         self.invalid_units = 0  # units skipped because a counted error left their sequence short
+        # Per stream: its information, the sample shape its dense values are reshaped to (None: kept as gathered)
+        # and the deserializer it comes from.
+        self._layout = [
+            (
+                info,
+                None if info.is_sparse or len(info.shape) == 1 else tuple(info.shape),
+                corpus.routing[info.name],
+            )
+            for info in self.infos
+        ]
 
     def minibatch(
         self,
@@ -48,10 +58,11 @@ class Assembler:
         (each unit's sweep, spanning at most two consecutive sweeps) picks the copies of chunks that vary by
         sweep."""
         offsets, counts, kind = (None, None, self.kind) if pieces is None else (pieces[0], pieces[1], PIECES)
-        slots = self.corpus.slots(chunks, sweeps)
+        slots = np.asarray(chunks, dtype=np.int32) if sweeps is None else self.corpus.slots(chunks, sweeps)
         versions = None if sweeps is None else (sweeps % SWEEP_VERSIONS).astype(np.uint8)
+        store = self.store
         for _ in range(MAX_LOAD_ROUNDS):
-            gathered = self.store.gather(slots, units, offsets, counts, kind, versions)
+            gathered = store.gather(slots, units, offsets, counts, kind, versions)
             if gathered.missing is None:
                 break
             self.ensure(self._loads(gathered.missing, sweeps))  # a chunk first read in this block: load, gather again
@@ -72,16 +83,15 @@ class Assembler:
         provenance = Provenance(self.corpus.key_names, self._sources, units)
         result = Minibatch()
         result.provenance = provenance
-        for info, (values, lengths, indices, indptr) in zip(self.infos, streams):
-            if not info.is_sparse and len(info.shape) != 1:
-                values = values.reshape(len(values), *info.shape)
+        end_of_sweep = bool(end_of_sweep)
+        make = MinibatchData.gathered
+        for (info, shape, origin), (values, lengths, indices, indptr) in zip(self._layout, streams):
+            if shape is not None:
+                values = values.reshape(len(values), *shape)
             starts = None
             if pieces is not None:
                 lengths, starts = _rows(lengths, pieces[0], pieces[2], num_rows)
-            data = MinibatchData(info, values, lengths, end_of_sweep, indices=indices, indptr=indptr, starts=starts)
-            data.provenance = provenance
-            data.origin = self.corpus.routing[info.name]
-            result[info] = data
+            result[info] = make(info, values, lengths, end_of_sweep, indices, indptr, starts, provenance, origin)
         return result
 
     def _loads(self, missing: list[tuple[int, int]], sweeps: np.ndarray | None) -> list[LoadKey]:

@@ -72,6 +72,38 @@ class MinibatchData:
         self.provenance: Any = None  # set by the source: where each sequence comes from
         self.origin = 0  # the deserializer (in the source's list) that produced the stream
 
+    @classmethod
+    def gathered(
+        cls,
+        info: StreamInformation,
+        values: np.ndarray,
+        sequence_lengths: np.ndarray,
+        end_of_sweep: bool,
+        indices: np.ndarray | None,
+        indptr: np.ndarray | None,
+        starts: np.ndarray | None,
+        provenance: Any,
+        origin: int,
+    ) -> MinibatchData:
+        """A stream of a minibatch the reader gathered: what ``MinibatchData(info, values, sequence_lengths,
+        end_of_sweep, indices=indices, indptr=indptr, starts=starts)`` makes, with its ``provenance`` and ``origin``
+        set, without the checks and conversions of arrays that are already right (``sequence_lengths`` int64)."""
+        data = cls.__new__(cls)
+        data.__dict__.update(
+            sequence_axis=True,
+            from_value=False,
+            info=info,
+            values=values,
+            indices=indices,
+            indptr=indptr,
+            sequence_lengths=sequence_lengths,
+            end_of_sweep=end_of_sweep,
+            _starts=starts,
+            provenance=provenance,
+            origin=origin,
+        )
+        return data
+
     # --- counts (cntk.io names and their aliases) ---------------------------------------------
     @property
     def num_sequences(self) -> int:
