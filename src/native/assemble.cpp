@@ -16,6 +16,17 @@ inline void copy_bytes(void* to, const void* from, size_t bytes) {
 }
 
 constexpr int64_t kPrefetch = 8;  // units ahead whose rows are prefetched
+constexpr size_t kPrefetchLines = 16;  // cache lines of a unit's range of an array prefetched at most
+
+// Asks for the cache lines of `bytes` bytes at `from` (at most kPrefetchLines): a unit's rows of a randomized minibatch
+// lie far from the previous unit's, so each range starts with a miss the hardware prefetcher cannot foresee, and its
+// next lines would follow one by one.
+inline void prefetch_range(const void* from, size_t bytes) {
+  const char* p = static_cast<const char*>(from);
+  const uintptr_t first = reinterpret_cast<uintptr_t>(p) / 64, last = (reinterpret_cast<uintptr_t>(p) + bytes) / 64;
+  const size_t lines = std::min<size_t>(static_cast<size_t>(last - first) + 1, kPrefetchLines);
+  for (size_t k = 0; k < lines; ++k) __builtin_prefetch(p + 64 * k);
+}
 constexpr uint8_t kUnusable = 2;  // Chunk::bad: a sequence without usable data (dropped in every mode)
 
 [[noreturn]] void invalid(size_t stream, const std::string& what) {
@@ -275,10 +286,12 @@ GatherResult Store::gather(const Request& request) const {
       const bool repeated = broadcast[d] != 0;
       samples_at[at] = c.seq_offsets[row] + (repeated ? 0 : firsts[i]);
       if (c.sparse) {
+        const int64_t rows_read = repeated ? 1 : takes[i] >= 0 ? takes[i] : length;
         if (c.per_sample >= 0) {
-          __builtin_prefetch(c.indices + samples_at[at] * c.per_sample);
+          prefetch_range(c.indices + samples_at[at] * c.per_sample,
+                         static_cast<size_t>(rows_read * c.per_sample) * sizeof(int32_t));
         } else {
-          __builtin_prefetch(c.indptr + samples_at[at]);
+          prefetch_range(c.indptr + samples_at[at], static_cast<size_t>(rows_read + 1) * sizeof(int64_t));
         }
       }
       if (invalid) {
@@ -323,13 +336,12 @@ GatherResult Store::gather(const Request& request) const {
       const int64_t count = counts[at], sample = samples_at[at];
       samples += count;
       if (sparse) {
-        const int64_t a = entry_of(c, sample);
-        __builtin_prefetch(c.values + a * itemsize);
-        __builtin_prefetch(c.indices + a);
-        entries += repeated ? count * (entry_of(c, sample + 1) - a) : entry_of(c, sample + count) - a;
-      } else {  // the row's first cache lines (a frame of 40 floats spans three)
-        const char* row = c.values + sample * width * itemsize;
-        for (int64_t line = 0; line < std::min<int64_t>(width * itemsize, 256); line += 64) __builtin_prefetch(row + line);
+        const int64_t a = entry_of(c, sample), b = entry_of(c, sample + (repeated ? 1 : count));
+        prefetch_range(c.values + a * itemsize, static_cast<size_t>((b - a) * itemsize));
+        prefetch_range(c.indices + a, static_cast<size_t>(b - a) * sizeof(int32_t));
+        entries += repeated ? count * (b - a) : b - a;
+      } else {  // the rows' first cache lines (a frame of 40 floats spans three)
+        prefetch_range(c.values + sample * width * itemsize, static_cast<size_t>((repeated ? 1 : count) * width * itemsize));
       }
     }
     stream_samples[s] = samples;
