@@ -362,7 +362,10 @@ class MinibatchSource:
         max_sequences: int = 0,
     ) -> Minibatch | dict[Any, MinibatchData]:
         """:meth:`next_minibatch`, with at most ``max_sequences`` units if > 0."""
-        partitions, index = self._check_partition(num_data_partitions, partition_index)
+        if num_data_partitions is None and partition_index is None:
+            partitions, index = 1, 0
+        else:
+            partitions, index = self._check_partition(num_data_partitions, partition_index)
         with self._lock:
             self._check_open()
             clock, engine = self._clock, self._engine
