@@ -24,6 +24,7 @@ Install with ``pip install "cntkio[jax]"``.
 from __future__ import annotations
 
 import importlib
+import json
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -32,6 +33,7 @@ import numpy as np
 from cntkio._src.api.source import MinibatchSource
 from cntkio._src.assemble import layouts
 from cntkio._src.assemble.minibatch import Minibatch, MinibatchData
+from cntkio._src.integrations.ahead import Ahead
 from cntkio._src.integrations.equal_steps import MAX_CARRY, EqualSteps, RankStream, check_max_carry, check_rule
 
 __all__ = ["JaxBatch", "JaxIterator", "bucket"]
@@ -84,6 +86,36 @@ def bucket(size: int, buckets: tuple[int, ...] | None) -> int:
     raise ValueError(f"{size} does not fit the largest bucket {max(buckets)}: add a larger one")
 
 
+class _Snapshot:
+    """A :class:`JaxIterator`'s position after a batch: the source's pending checkpoint, the steps taken and (equal
+    steps) the epoch's plan and the step in it; :meth:`state` builds ``get_state()``'s dict."""
+
+    def __init__(self, source: Any, steps: int, plan: Any = None, step: int = 0):
+        self.source = source  # a PendingCheckpoint, or a checkpoint dict already built
+        self.steps = steps
+        self.plan = plan
+        self.step = step
+        self.epoch: int | None = None
+        self.at_epoch_start = False
+
+    @classmethod
+    def of(cls, state: dict[str, Any]) -> _Snapshot:
+        snapshot = cls(state["source"], int(state["steps"]))
+        snapshot._state = state
+        return snapshot
+
+    def state(self) -> dict[str, Any]:
+        built: dict[str, Any] | None = getattr(self, "_state", None)
+        if built is None:
+            source = self.source if isinstance(self.source, dict) else self.source.state()
+            built = {"source": source, "steps": self.steps}
+            if self.plan is not None:
+                built.update(epoch=self.plan.epoch, step=self.step, equal_steps=self.plan.state())
+            self._state = built
+        copy: dict[str, Any] = json.loads(json.dumps(built))  # (the caller's to change)
+        return copy
+
+
 class JaxIterator:
     """Fixed-shape batches of a source's partition for this JAX process.
 
@@ -113,6 +145,11 @@ class JaxIterator:
             one process and a source with epochs, else None.
         max_carry: under ``"carry"``, the most minibatches a process may leave for the next epoch
             (:mod:`cntkio.equal_steps`).
+        ahead: up to this many batches are read and padded ahead on a background thread while the step runs (the
+            reader's C++ and JAX's dispatch run without the GIL); 0 reads each when asked. ``get_state()`` is the
+            state after the last batch *delivered*, and a loop left early continues, in the next iteration, right
+            after it (batches read ahead and not delivered are read again). Not with ``sharding`` (its processes
+            agree on each step's shape with a collective, which stays on the thread that steps).
     """
 
     def __init__(
@@ -128,7 +165,11 @@ class JaxIterator:
         pad_id: int = 0,
         equal_steps: str | None = "auto",
         max_carry: int = MAX_CARRY,
+        ahead: int = 2,
     ):
+        if int(ahead) < 0:
+            raise ValueError(f"ahead must be >= 0, got {ahead}")
+        self.ahead = int(ahead)
         if equal_steps not in (None, "auto"):
             check_rule(equal_steps)
         self.max_carry = check_max_carry(max_carry)
@@ -155,6 +196,7 @@ class JaxIterator:
         self._at_epoch_start = True  # the source is where an epoch starts (not continuing one read in part)
         self._planner: EqualSteps | None = None
         self._epoch_stream: RankStream | None = None  # the epoch being read (equal steps)
+        self._delivered: _Snapshot | None = None  # while batches are read ahead: the state after the last delivered
 
     @property
     def source(self) -> MinibatchSource:
@@ -165,14 +207,20 @@ class JaxIterator:
 
     def get_state(self) -> dict[str, Any]:
         """JSON-able: the position after the last batch (of this process's partition)."""
-        state: dict[str, Any] = {"source": self.source.get_checkpoint_state(), "steps": self.steps}
+        if self._delivered is not None:  # (batches are being read ahead: the last one the loop took)
+            return self._delivered.state()
         stream, planner = self._epoch_stream, self._equal_steps_planner()
-        if stream is not None:  # equal steps: the epoch, the step in it and its plan (all steps: read to its end)
-            state.update(epoch=stream.plan.epoch, step=stream.index, equal_steps=stream.plan.state())
-        elif planner is not None:  # (before the first step: the plan of the epoch to read)
+        if stream is None and planner is not None:  # (before the first step: the plan of the epoch to read)
             plan = planner.plan(self.source, self._next_epoch())
-            state.update(epoch=plan.epoch, step=0, equal_steps=plan.state())
-        return state
+            return _Snapshot(self.source.pending_checkpoint(), self.steps, plan, 0).state()
+        return self._snapshot().state()
+
+    def _snapshot(self) -> _Snapshot:
+        """The position now, taken in microseconds (its dict built by ``state()``)."""
+        stream = self._epoch_stream
+        if stream is None:
+            return _Snapshot(self.source.pending_checkpoint(), self.steps)
+        return _Snapshot(self.source.pending_checkpoint(), self.steps, stream.plan, stream.index)
 
     def set_state(self, state: Mapping[str, Any]) -> None:
         """Resumes right after the batch ``state`` was taken at, or (equal steps) from a merged state of every
@@ -236,6 +284,44 @@ class JaxIterator:
 
     def __iter__(self) -> Iterator[JaxBatch]:
         _register_batch(_jax())
+        if not self.ahead or self.sharding is not None or self._delivered is not None:
+            for batch in self._batches():
+                self.last_keys = batch.sequence_keys
+                yield batch
+                del batch
+            return
+        self._delivered = start = self.get_state_snapshot()
+        batches = Ahead(self._snapshotted(self._batches()), self.ahead, name="cntkio-jax-ahead")
+        finished = False
+        try:
+            for batch, snapshot in batches:
+                self._delivered = snapshot
+                self.last_keys = batch.sequence_keys
+                yield batch
+                del batch
+            finished = True
+        finally:
+            batches.close()
+            last, self._delivered = self._delivered, None
+            if not finished:  # (a loop left early, or an error: go on right after the last batch delivered)
+                self.set_state(last.state())
+                if last is start:
+                    self.epoch, self._at_epoch_start = start.epoch, start.at_epoch_start
+
+    def get_state_snapshot(self) -> _Snapshot:
+        """:meth:`get_state` as a snapshot, with where the epochs stand (to put back a loop left before its first
+        batch)."""
+        snapshot = _Snapshot.of(self.get_state())
+        snapshot.epoch, snapshot.at_epoch_start = self.epoch, self._at_epoch_start
+        return snapshot
+
+    def _snapshotted(self, batches: Iterator[JaxBatch]) -> Iterator[tuple[JaxBatch, _Snapshot]]:
+        """Each batch with the position right after it (on the thread reading ahead)."""
+        for batch in batches:
+            yield batch, self._snapshot()
+            del batch
+
+    def _batches(self) -> Iterator[JaxBatch]:
         stream = self._equal_stream()
         if stream is None:
             yield from self._read_epoch()
@@ -310,8 +396,7 @@ class JaxIterator:
 
     def _arrays(self, minibatch: Minibatch, rows: int, steps: int) -> JaxBatch:
         self.shapes.add((rows, steps))
-        self.last_keys = minibatch.sequence_keys
-        batch = JaxBatch({"lengths": {}, "mask": {}}, sequence_keys=self.last_keys)
+        batch = JaxBatch({"lengths": {}, "mask": {}}, sequence_keys=minibatch.sequence_keys)
         for info, data in minibatch.items():
             batch[info.name] = self._stream(data, self._layout_of(info.name), rows, steps)
             lengths = np.zeros(rows, dtype=np.int32)
@@ -355,7 +440,6 @@ class JaxIterator:
                 batch[info.name] = np.zeros((rows, steps, *info.shape), dtype=info.dtype)
             batch["lengths"][info.name] = np.zeros(rows, dtype=np.int32)
             batch["mask"][info.name] = np.zeros(rows if layout == "per_sequence" else (rows, steps), dtype=bool)
-        self.last_keys = []
         return batch
 
     def _global(self, batch: JaxBatch) -> JaxBatch:
