@@ -25,8 +25,9 @@ ids the anchor's pad_sequence makes. Every measurement runs in a fresh subproces
 round-robin over --runs rounds; medians. Per configuration: time to the first batch (from building the loader), then
 steps/s, exposed wait (the share of the wall time after the first batch spent in next(iterator)), CPU-seconds per
 batch of the loading (process + worker processes, getrusage after the workers exit, minus the consuming thread's
-step and check time), peak RSS of the process tree (the process's VmHWM from the start of the timing + each worker's
-private memory at the end), MB/s without a step against CNTK's own C++ parser (the kit's ctf_oracle) in the same run.
+step and check time), peak RSS of the process tree (the process's VmHWM from the start of the timing + the peak
+private memory of each child process, sampled every 0.2 s), MB/s without a step against CNTK's own C++ parser (the
+kit's ctf_oracle) in the same run.
 
 Bars: exposed wait <= 5 % when the step costs more than loading (the step alone against the no-step time per batch
 of that configuration); CPU-seconds per batch of ahead=2 <= 0.6x the anchor's; tree RSS with 2 workers <= ahead=2's
@@ -291,6 +292,24 @@ def private_mib(pid: int) -> float:
     return kb / 1024
 
 
+class ChildMemory:
+    """The private memory of every child process (the workers, multiprocessing's resource tracker), sampled at most
+    every ``period`` seconds from the consuming thread: each one's peak. (At the end of a run the workers have closed
+    their sources, so their memory then is not their peak.)"""
+
+    def __init__(self, period: float = 0.2):
+        self.period = period
+        self.peak: dict[int, float] = {}
+        self.due = 0.0
+
+    def sample(self, now: float, force: bool = False) -> None:
+        if now < self.due and not force:
+            return
+        self.due = now + self.period
+        for pid in child_pids():
+            self.peak[pid] = max(self.peak.get(pid, 0.0), private_mib(pid))
+
+
 def vm_hwm_mib() -> float:
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
@@ -327,11 +346,14 @@ def child_loop(spec: dict[str, Any]) -> dict[str, Any]:
         data = anchor_loader(stored, minibatch) if stored is not None else cntkio_loader(mode, path, kind, minibatch)
         passes = lambda: data  # noqa: E731  (each pass of the loader reads the next epoch)
 
+    memory = ChildMemory()
     steps = 0
     wait = epoch_wait = consumer_cpu = first = 0.0
     t_first = t0
     iterator: Iterator[Any] | None = None
     for _ in range(epochs):
+        if steps >= max_steps:
+            break
         w0 = time.perf_counter()
         iterator = iter(passes())
         pass_start = True
@@ -354,12 +376,13 @@ def child_loop(spec: dict[str, Any]) -> dict[str, Any]:
             elif mode != "step":
                 tally.torch_batch(batch.tensors, batch.lengths)
             step()
+            memory.sample(time.perf_counter())  # (consumer time: not counted as loading)
             consumer_cpu += time.thread_time() - c0
             steps += 1
             w0 = time.perf_counter()
     end = time.perf_counter()
     worker_pids = child_pids()
-    workers_private = [private_mib(pid) for pid in worker_pids]
+    memory.sample(end, force=True)
     main_peak = vm_hwm_mib()
     del iterator, passes, batch  # the persistent workers stop: their CPU time is counted
     if mode not in ("step", "source"):
@@ -380,7 +403,8 @@ def child_loop(spec: dict[str, Any]) -> dict[str, Any]:
         "workers": len(worker_pids),
         "workers_cpu_s": children_cpu - children_cpu0,
         "main_peak_mib": main_peak,
-        "workers_private_mib": sum(workers_private),
+        "workers_private_mib": sum(memory.peak.values()),
+        "children_sampled": len(memory.peak),
         "largest_worker_peak_mib": children_peak,
         "matmuls": step.n,
         "matmul_ms": step.per_matmul_s * 1e3,
@@ -712,7 +736,7 @@ def main(argv: list[str] | None = None) -> int:
         args.mb, args.seq_mb, args.runs, args.step_ms = 2.0, 2.0, 1, "2"
         args.big_sequences, args.alone_steps = 10**5, 50
     args.kinds = [k for k in args.kinds.split(",") if k]
-    args.step_ms = [float(ms) for ms in str(args.step_ms).split(",") if float(ms) > 0]
+    args.step_ms = [float(ms) for ms in str(args.step_ms).split(",") if ms.strip() and float(ms) > 0]
     files = prepare(args)
     load_before = os.getloadavg()[0]
     results = run_rounds(jobs_of(args, files), args.runs, group=args.smoke)
