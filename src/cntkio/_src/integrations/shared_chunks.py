@@ -153,9 +153,10 @@ class ChunkExchange:
     def _parse_and_publish(self, path: str, parse: Callable[[], Chunk]) -> Chunk:
         data = parse()
         try:
-            if _shareable(data):  # (this worker keeps its own copy: the file is for the others)
+            if _shareable(data):  # (read back from the file: one copy of the chunk in memory, not two)
                 self._mine[path] = _publish(path, data)
-                return data
+                del data
+                return _read(path)
         except OSError:  # /dev/shm full: the others parse it themselves
             pass
         with contextlib.suppress(OSError):
