@@ -192,3 +192,64 @@ def test_bundles_are_sized_by_the_streams(data: str) -> None:
     plain = MinibatchDataset(functools.partial(make_source, data), 64)
     assert plain._bundle_size(source, 1) == 1
     source.close()
+
+
+class Counting:
+    """make_source that counts its calls."""
+
+    def __init__(self, path: str, sweeps: int = 1):
+        self.path, self.sweeps, self.calls = path, sweeps, 0
+
+    def __call__(self) -> MinibatchSource:
+        self.calls += 1
+        return make_source(self.path, self.sweeps)
+
+
+@pytest.mark.parametrize("ahead", [0, 2])
+def test_passes_in_one_process_go_on_with_the_same_source(data: str, ahead: int) -> None:
+    """The next pass reads the next epoch with the source of the last one (no second index, chunks kept), giving what
+    new sources give; a pass left early, a resume and equal steps too; close() closes the kept source."""
+    fresh = [stream_of(MinibatchDataset(functools.partial(make_source, data, 1), 64, ahead=0)) for _ in range(1)]
+    make = Counting(data)
+    dataset = MinibatchDataset(make, 64, ahead=ahead)
+    passes = [stream_of(dataset) for _ in range(3)]
+    assert make.calls == 1
+    reference = MinibatchDataset(lambda: make_source(data, 1), 64, ahead=0)
+    for epoch in range(3):
+        reference.set_epoch(epoch)
+        other = MinibatchDataset(lambda: make_source(data, 1), 64, ahead=0)
+        other.set_epoch(epoch)
+        assert passes[epoch] == stream_of(other)
+    assert passes[0] == fresh[0]
+    iterator = iter(dataset)  # epoch 3, left after two batches
+    head = [next(iterator), next(iterator)]
+    del iterator, head
+    gc.collect()
+    later = MinibatchDataset(lambda: make_source(data, 1), 64, ahead=0)
+    later.set_epoch(4)
+    assert stream_of(dataset) == stream_of(later)
+    kept = dataset._spare[0]
+    dataset.close()
+    assert kept.closed and not dataset._spare
+    assert make.calls == 1
+
+
+def test_a_source_that_counted_errors_is_not_kept(tmp_path: Path) -> None:
+    path = write_ctf(tmp_path / "bad.ctf")
+    text = path.read_text().splitlines()
+    text[3] = text[3].replace("|x", "|x 5:zz")
+    path.write_text("\n".join(text) + "\n")
+
+    def make() -> MinibatchSource:
+        streams = StreamDefs(
+            x=StreamDef(field="x", shape=100, is_sparse=True), y=StreamDef(field="y", shape=7, is_sparse=True)
+        )
+        reader = CTFDeserializer(str(path), streams, max_errors=10)
+        built.append(MinibatchSource(reader, max_sweeps=1, randomization_seed=3))
+        return built[-1]
+
+    built: list[MinibatchSource] = []
+    dataset = MinibatchDataset(make, 64, ahead=0)
+    assert stream_of(dataset)
+    assert built[0].error_report().total > 0
+    assert not dataset._spare and built[0].closed  # its errors were counted: the next pass builds a new source

@@ -547,6 +547,11 @@ class MinibatchSource:
         self._closed = True
         self._engine.close()
 
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closed
+
     def __enter__(self) -> MinibatchSource:
         return self
 

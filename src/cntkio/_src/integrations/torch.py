@@ -50,6 +50,7 @@ from cntkio._src.api.source import MinibatchSource
 from cntkio._src.assemble import layouts
 from cntkio._src.assemble.minibatch import Minibatch, MinibatchData
 from cntkio._src.common.errors import ConfigError
+from cntkio._src.formats.error_ledger import ledgers_of
 from cntkio._src.formats.image import ImageDeserializerBase
 from cntkio._src.formats.shards import ShardedDeserializer
 from cntkio._src.integrations import shm, torch_transport
@@ -425,6 +426,14 @@ def stream_tensors(data: MinibatchData, layout: str = "auto", pad_id: int = 0) -
     return StreamTensors(padded_tensor, mask=torch.from_numpy(layouts.mask(data)))
 
 
+def _reusable(source: MinibatchSource) -> bool:
+    """Whether the next pass in this process may read ``source`` on: a finite, open source that counted no errors
+    (a new pass starts with a clean error budget, as with a new source)."""
+    if source.closed or source.is_infinite():
+        return False
+    return not any(ledger.count for ledger, _ in ledgers_of(source.deserializers))
+
+
 class _Converter:
     """Makes a minibatch's tensors in the layout chosen for each stream (decided once per pass): (tensors, masks,
     offsets) by stream name."""
@@ -705,6 +714,7 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
         self._last_state: BatchState | None = None  # of the last batch delivered by this process's iterations
         self._restored: dict[str, Any] | None = None  # the state the current iteration resumed from
         self._live: set[MinibatchSource] = set()
+        self._spare: list[MinibatchSource] = []  # the source of the last pass in this process, for the next one
         self._epochs = _Passes()
         self._begun_here = (os.getpid(), 0)  # (process, iterations it began): a worker's pass number
         # The shared-memory files loader workers make for this dataset are named after it (shm.job_name) and removed
@@ -789,7 +799,10 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
         workers, worker_id = (worker.num_workers, worker.id) if worker is not None else (1, 0)
         partitions, rank = self._partition()
         transport = torch_transport.worker_pool(shm.job_name(*self._job)) if worker is not None else None
-        source = self.make_source()
+        source = self._spare_source() if worker is None else None
+        reused = source is not None
+        if source is None:
+            source = self.make_source()
         self._live.add(source)
         exchange = self._exchange(source, epoch, worker_id, workers)
         chosen = self._layouts(source)
@@ -799,7 +812,7 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
         try:
             planner = self._equal_steps_planner(source, partitions)
             stream = None if planner is None else self._rank_stream(planner, source, epoch, rank, resume)
-            if resume is None and epoch and not source.is_infinite() and stream is None:
+            if resume is None and (epoch or reused) and not source.is_infinite() and stream is None:
                 source.start_epoch(epoch)
             if resume is not None:
                 if stream is None:
@@ -852,10 +865,21 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
                 yield batch
                 del batch
         finally:
-            source.close()
             self._live.discard(source)
+            if worker is None and _reusable(source):
+                self._spare.append(source)  # (the next pass in this process goes on with it)
+            else:
+                source.close()
             if exchange is not None:
                 exchange.close()
+
+    def _spare_source(self) -> MinibatchSource | None:
+        """The source the last pass in this process read, if it can read the next one (then it is not built again:
+        no second indexing, and the chunks it still holds serve the next epoch without a parse)."""
+        try:
+            return self._spare.pop()
+        except IndexError:
+            return None
 
     def _bundle_size(self, source: MinibatchSource, partitions: int) -> int:
         """Minibatches a loader worker sends in one message when bundling (:func:`loader`): as many as fit
@@ -952,10 +976,12 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
         return exchange
 
     def close(self) -> None:
-        """Closes the sources of iterations still open in this process (their parse threads stop)."""
-        for source in list(self._live):
+        """Closes the sources of iterations still open in this process, and the one kept for the next pass (their
+        parse threads stop)."""
+        for source in [*self._live, *self._spare]:
             source.close()
         self._live.clear()
+        self._spare.clear()
 
     def __enter__(self) -> MinibatchDataset:
         return self
@@ -964,7 +990,7 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
         self.close()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_live": set()}  # open sources stay in the process that opened them
+        return {**self.__dict__, "_live": set(), "_spare": []}  # open sources stay in the process that opened them
 
     def state_dict(self) -> dict[str, Any]:
         """State after the last minibatch this dataset (or this loader worker) produced, as
