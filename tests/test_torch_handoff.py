@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import os
 import pickle
 import threading
 from pathlib import Path
@@ -209,7 +210,7 @@ class Counting:
 def test_passes_in_one_process_go_on_with_the_same_source(data: str, ahead: int) -> None:
     """The next pass reads the next epoch with the source of the last one (no second index, chunks kept), giving what
     new sources give; a pass left early, a resume and equal steps too; close() closes the kept source."""
-    fresh = [stream_of(MinibatchDataset(functools.partial(make_source, data, 1), 64, ahead=0)) for _ in range(1)]
+    fresh = [stream_of(MinibatchDataset(functools.partial(make_source, data, 1), 64, ahead=0))]
     make = Counting(data)
     dataset = MinibatchDataset(make, 64, ahead=ahead)
     passes = [stream_of(dataset) for _ in range(3)]
@@ -228,7 +229,7 @@ def test_passes_in_one_process_go_on_with_the_same_source(data: str, ahead: int)
     later = MinibatchDataset(lambda: make_source(data, 1), 64, ahead=0)
     later.set_epoch(4)
     assert stream_of(dataset) == stream_of(later)
-    kept = dataset._spare[0]
+    kept = dataset._spare[0][1]
     dataset.close()
     assert kept.closed and not dataset._spare
     assert make.calls == 1
@@ -253,3 +254,25 @@ def test_a_source_that_counted_errors_is_not_kept(tmp_path: Path) -> None:
     assert stream_of(dataset)
     assert built[0].error_report().total > 0
     assert not dataset._spare and built[0].closed  # its errors were counted: the next pass builds a new source
+
+
+def logged_source(path: str, log: str) -> MinibatchSource:
+    with open(log, "a") as f:
+        f.write(f"{os.getpid()}\n")
+    return make_source(path, 3)
+
+
+@pytest.mark.skipif(not shm.available(), reason="needs /dev/shm")
+def test_forked_workers_start_from_the_source_built_before_they_fork(data: str, tmp_path: Path) -> None:
+    """loader() builds the source once in the main process; its forked workers read their copies of it (one index,
+    shared copy-on-write) and, when persistent, go on with them in the next pass."""
+    log = tmp_path / "built.log"
+    make = functools.partial(logged_source, data, str(log))
+    expected = stream_of(loader(functools.partial(make_source, data, 3), 32))
+    data_loader = loader(make, 32, num_workers=2, persistent_workers=True, multiprocessing_context="fork")
+    first = stream_of(data_loader)
+    second = stream_of(data_loader)
+    assert first == expected
+    assert second != first and sorted(k for b in second for k in b[0]) == sorted(k for b in first for k in b[0])
+    assert log.read_text().split() == [str(os.getpid())]  # built once, here; the workers built none
+    data_loader.dataset.close()

@@ -100,7 +100,10 @@ def test_every_epoch_shares_and_persistent_workers_too(tmp_path: Path) -> None:
     log = tmp_path / "chunks.log"
     data = loader(functools.partial(counted_source, str(log)), 64, num_workers=2, persistent_workers=True)
     first, second = stream_of(list(data)), stream_of(list(data))
-    assert parses(log) == sorted(list(range(CHUNKS)) * 2)
+    counts = np.bincount(parses(log), minlength=CHUNKS)
+    # once per epoch across the workers at most; chunks a worker's source still holds at an epoch's end (persistent
+    # workers go on with their sources) serve the next epoch without a parse
+    assert counts.min() >= 1 and counts.max() <= 2
     alone = tmp_path / "alone.log"
     dataset = MinibatchDataset(functools.partial(counted_source, str(alone)), 64)
     assert_streams_equal(first, stream_of(list(DataLoader(dataset, batch_size=None))))

@@ -66,6 +66,7 @@ from cntkio._src.integrations.equal_steps import (
 from cntkio._src.integrations.shared_chunks import ChunkExchange
 from cntkio._src.integrations.workers import worker_of
 from cntkio._src.reading.checkpoint import PendingCheckpoint
+from cntkio._src.reading.chunk_cache import ParseHere
 
 # Sparse CSR batches cross from loader workers to the main process, where torch rebuilds them: say once, explicitly,
 # that their invariants are not checked (they hold by construction), and keep torch's "beta" note out of the log.
@@ -714,7 +715,8 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
         self._last_state: BatchState | None = None  # of the last batch delivered by this process's iterations
         self._restored: dict[str, Any] | None = None  # the state the current iteration resumed from
         self._live: set[MinibatchSource] = set()
-        self._spare: list[MinibatchSource] = []  # the source of the last pass in this process, for the next one
+        self._spare: list[tuple[int, MinibatchSource]] = []  # (pid, source) of the last pass, for the next one
+        self._template: tuple[int, MinibatchSource] | None = None  # (pid, source) built for forked workers
         self._epochs = _Passes()
         self._begun_here = (os.getpid(), 0)  # (process, iterations it began): a worker's pass number
         # The shared-memory files loader workers make for this dataset are named after it (shm.job_name) and removed
@@ -799,8 +801,10 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
         workers, worker_id = (worker.num_workers, worker.id) if worker is not None else (1, 0)
         partitions, rank = self._partition()
         transport = torch_transport.worker_pool(shm.job_name(*self._job)) if worker is not None else None
-        source = self._spare_source() if worker is None else None
+        source = self._spare_source()
         reused = source is not None
+        if source is None and worker is not None:
+            source = self._inherited_source()
         if source is None:
             source = self.make_source()
         self._live.add(source)
@@ -866,20 +870,37 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
                 del batch
         finally:
             self._live.discard(source)
-            if worker is None and _reusable(source):
-                self._spare.append(source)  # (the next pass in this process goes on with it)
+            if exchange is not None:
+                source.engine.use_loader(ParseHere())
+                exchange.close()
+            if _reusable(source):
+                self._spare.append((os.getpid(), source))  # (the next pass in this process goes on with it)
             else:
                 source.close()
-            if exchange is not None:
-                exchange.close()
+
+    def prepare_workers(self) -> None:
+        """Builds the source once here, before loader workers are forked (:class:`MinibatchLoader` calls it): each
+        worker starts from its inherited copy — the index built once and shared copy-on-write, no parse thread
+        started yet — instead of building and indexing its own."""
+        if self._template is None or self._template[1].closed:
+            self._template = (os.getpid(), self.make_source())
+
+    def _inherited_source(self) -> MinibatchSource | None:
+        """In a forked loader worker, the copy of the source :meth:`prepare_workers` built (once per worker)."""
+        template, self._template = self._template, None
+        if template is None or template[0] == os.getpid() or template[1].closed:
+            return None
+        return template[1]
 
     def _spare_source(self) -> MinibatchSource | None:
         """The source the last pass in this process read, if it can read the next one (then it is not built again:
-        no second indexing, and the chunks it still holds serve the next epoch without a parse)."""
-        try:
-            return self._spare.pop()
-        except IndexError:
-            return None
+        no second indexing, and the chunks it still holds serve the next epoch without a parse). Not one a forked
+        worker inherited from the main process: its parse threads are not in this process."""
+        while self._spare:
+            pid, source = self._spare.pop()
+            if pid == os.getpid():
+                return source
+        return None
 
     def _bundle_size(self, source: MinibatchSource, partitions: int) -> int:
         """Minibatches a loader worker sends in one message when bundling (:func:`loader`): as many as fit
@@ -978,7 +999,9 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
     def close(self) -> None:
         """Closes the sources of iterations still open in this process, and the one kept for the next pass (their
         parse threads stop)."""
-        for source in [*self._live, *self._spare]:
+        template, self._template = self._template, None
+        spare = [source for pid, source in self._spare if pid == os.getpid()]
+        for source in [*self._live, *spare, *([template[1]] if template is not None else [])]:
             source.close()
         self._live.clear()
         self._spare.clear()
@@ -990,7 +1013,8 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
         self.close()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_live": set(), "_spare": []}  # open sources stay in the process that opened them
+        # (open sources stay in the process that opened them; forked workers inherit the template without a pickle)
+        return {**self.__dict__, "_live": set(), "_spare": [], "_template": None}
 
     def state_dict(self) -> dict[str, Any]:
         """State after the last minibatch this dataset (or this loader worker) produced, as
@@ -1058,9 +1082,17 @@ def loader(
 
 class MinibatchLoader(DataLoader):  # type: ignore[misc]  # (torch is Any to the type checker)
     """The ``DataLoader`` :func:`loader` builds: the minibatches of its workers' bundles one by one (each message
-    from a worker holds several; see ``MinibatchDataset(bundle=True)``), in the order of the rank's minibatches."""
+    from a worker holds several; see ``MinibatchDataset(bundle=True)``), in the order of the rank's minibatches;
+    forked workers start from a source built once before they fork (``MinibatchDataset.prepare_workers``)."""
+
+    def _forks_workers(self) -> bool:
+        context = self.multiprocessing_context
+        method = context.get_start_method() if context is not None else multiprocessing.get_start_method()
+        return bool(method == "fork")
 
     def __iter__(self) -> Iterator[TorchMinibatch]:
+        if self.num_workers > 0 and isinstance(self.dataset, MinibatchDataset) and self._forks_workers():
+            self.dataset.prepare_workers()
         for item in super().__iter__():
             if isinstance(item, _Bundle):
                 batches, item.batches = item.batches, []
