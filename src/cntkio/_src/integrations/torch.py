@@ -16,9 +16,13 @@ size is refused with an explanation).
   carry the rest into the next epoch, none more than ``max_carry`` behind; ``"pad"``: all go on to the most, a rank
   out of data yielding empty batches of ``weight`` 0), so ranks stepping together do not hang at the end of an
   epoch; ``equal_steps=None`` turns it off.
-* Workers: a rank's minibatches are numbered 0, 1, 2, ...; loader worker ``w`` of ``W`` produces those
-  with number ``k % W == w`` and skips the others without reading them. The loader hands batches out
-  round-robin, so the stream a rank sees is the same for every ``num_workers``.
+* In the process that trains (no loader workers, the recommended way for CNTK formats) the next minibatches are
+  read and made tensors on a background thread while the step runs (``ahead``), and each pass goes on with the
+  source of the last one.
+* Workers: a rank's minibatches are numbered 0, 1, 2, ... and dealt in bundles of ``b`` consecutive ones (1 in a
+  plain ``DataLoader``; :func:`loader` sends up to 8 per message): loader worker ``w`` of ``W`` produces the bundles
+  with ``(k // b) % W == w`` and skips the others without reading them. The loader hands them out round-robin, so
+  the stream a rank sees is the same for every ``num_workers``.
 * Resume: every batch carries ``state``, the checkpoint right after it. ``load_state_dict(batch.state)``
   on a new dataset continues with the next batch under a new ``DataLoader``. ``state_dict()`` and
   ``load_state_dict()`` also follow the protocol of torchdata's ``StatefulDataLoader`` (per worker).
