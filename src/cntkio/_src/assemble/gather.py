@@ -58,7 +58,7 @@ class Assembler:
         (each unit's sweep, spanning at most two consecutive sweeps) picks the copies of chunks that vary by
         sweep."""
         offsets, counts, kind = (None, None, self.kind) if pieces is None else (pieces[0], pieces[1], PIECES)
-        slots = np.asarray(chunks, dtype=np.int32) if sweeps is None else self.corpus.slots(chunks, sweeps)
+        slots = self.corpus.slots(chunks, sweeps)
         versions = None if sweeps is None else (sweeps % SWEEP_VERSIONS).astype(np.uint8)
         store = self.store
         for _ in range(MAX_LOAD_ROUNDS):

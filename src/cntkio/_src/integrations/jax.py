@@ -97,6 +97,7 @@ class _Snapshot:
         self.step = step
         self.epoch: int | None = None
         self.at_epoch_start = False
+        self._state: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, state: dict[str, Any]) -> _Snapshot:
@@ -105,7 +106,7 @@ class _Snapshot:
         return snapshot
 
     def state(self) -> dict[str, Any]:
-        built: dict[str, Any] | None = getattr(self, "_state", None)
+        built = self._state
         if built is None:
             source = self.source if isinstance(self.source, dict) else self.source.state()
             built = {"source": source, "steps": self.steps}
@@ -290,7 +291,7 @@ class JaxIterator:
                 yield batch
                 del batch
             return
-        self._delivered = start = self.get_state_snapshot()
+        self._delivered = start = self._start_snapshot()
         batches = Ahead(self._snapshotted(self._batches()), self.ahead, name="cntkio-jax-ahead")
         finished = False
         try:
@@ -308,7 +309,7 @@ class JaxIterator:
                 if last is start:
                     self.epoch, self._at_epoch_start = start.epoch, start.at_epoch_start
 
-    def get_state_snapshot(self) -> _Snapshot:
+    def _start_snapshot(self) -> _Snapshot:
         """:meth:`get_state` as a snapshot, with where the epochs stand (to put back a loop left before its first
         batch)."""
         snapshot = _Snapshot.of(self.get_state())

@@ -237,12 +237,20 @@ def _inline_bundle(data: bytes, arrays: list[np.ndarray]) -> _Bundle:
     return _bundle_of(torch_transport.from_inline(data, arrays))
 
 
+def _marked(batch: TorchMinibatch, transport: Any, sent: tuple[Any, ...] | None, bundle: int) -> TorchMinibatch:
+    """``batch`` with what a loader worker sends it with: its transport, its pass (``sent``) and its bundle size."""
+    batch._transport = transport  # type: ignore[attr-defined]
+    batch._pass = sent  # type: ignore[attr-defined]
+    batch._bundle = bundle  # type: ignore[attr-defined]
+    return batch
+
+
 def _bundled(batches: Iterator[TorchMinibatch]) -> Iterator[TorchMinibatch | _Bundle]:
     """A loader worker's minibatches grouped as it reads them: consecutive ones, up to the bundle size each carries
     (``_bundle``); a bundle leaves as soon as it is whole (or the data ends)."""
     group: list[TorchMinibatch] = []
     for batch in batches:
-        if group and (batch.index != group[-1].index + 1 or len(group) >= group[0].__dict__.get("_bundle", 1)):
+        if group and batch.index != group[-1].index + 1:
             yield _Bundle(group)
             group = []
         group.append(batch)
@@ -835,10 +843,8 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
                     stream.pad()
                     index += 1
                     if mine:
-                        padding = self._padding(source, stream, epoch, index, base, chosen)
-                        padding._transport, padding._pass = transport, sent  # type: ignore[attr-defined]
-                        padding._bundle = bundle  # type: ignore[attr-defined]
-                        yield padding
+                        yield _marked(self._padding(source, stream, epoch, index, base, chosen), transport, sent,
+                                      bundle)  # fmt: skip
                     continue
                 if not mine:
                     if stream is not None:
@@ -866,9 +872,7 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
                     masks,
                     offsets,
                 )
-                batch._transport = transport  # type: ignore[attr-defined]
-                batch._pass = sent  # type: ignore[attr-defined]
-                batch._bundle = bundle  # type: ignore[attr-defined]
+                _marked(batch, transport, sent, bundle)
                 del minibatch  # only the caller holds the batch: once it lets go, the next read reuses its memory
                 yield batch
                 del batch

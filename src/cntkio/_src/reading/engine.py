@@ -23,7 +23,7 @@ from cntkio._src.order import Randomization
 from cntkio._src.reading.bptt import BpttSlots, check_in_flight, row_layout
 from cntkio._src.reading.budget import BudgetReport
 from cntkio._src.reading.chunk_cache import ChunkCache, ChunkLoader
-from cntkio._src.reading.cursor import SINGLE, Cursor, Selection
+from cntkio._src.reading.cursor import Cursor, Selection
 from cntkio._src.reading.planner import ChunkPlanner
 from cntkio._src.reading.stats import StageClock
 from cntkio._src.reading.steps import share, steps_of_sweeps
@@ -142,11 +142,6 @@ class ReadingEngine:
     def _select(self, minibatch_size: int, partitions: int, index: int, max_sequences: int = 0) -> Selection:
         """The next units (at most ``max_sequences`` if > 0: a selection of more is taken again with the budget of its
         first ``max_sequences``); the cursor moves past them. Empty at the end of the epoch."""
-        cursor = self.cursor
-        if partitions == 1 and not max_sequences and cursor.partitioning == SINGLE and not cursor.layers:
-            chained = cursor._chained(minibatch_size, self.epoch_end)  # a read inside one block: its greedy chain
-            if chained is not None:
-                return chained
         budget = max(1, share(minibatch_size, partitions, index))
         held_sweeps = SWEEP_VERSIONS if self.corpus.sweep_dependent else None  # a read spans the sweeps held
         start = self.cursor.mark() if max_sequences else None
