@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -340,6 +341,65 @@ def test_no_prefetch_past_the_end_of_the_epoch(sources, data, window):
         pass
     scheduled = counting.calls
     assert len(scheduled) == len(set(scheduled)), sorted(c for c in set(scheduled) if scheduled.count(c) > 1)
+
+
+@pytest.mark.parametrize("prefetch", [False, True], ids=["no-prefetch", "prefetch"])
+@pytest.mark.parametrize("epochs", [False, True], ids=["sweeps", "epochs"])
+def test_chunks_loaded_when_a_sweep_ends_are_not_parsed_again(sources, data, prefetch, epochs):
+    """A window that holds the whole corpus: the next sweep (or epoch, with start_epoch) starts from the chunks still
+    loaded, so every chunk is parsed once however many sweeps are read, and the data is the same."""
+    counting = CountingDeserializer(CTFDeserializer(data.path, STREAMS, chunk_size_in_bytes=CHUNK))
+    chunks = counting.num_chunks()
+    options = {"randomization_window_in_chunks": 128, "randomization_seed": 5, "prefetch": prefetch}
+    source = sources.open(counting, max_sweeps=1 if epochs else 3, **options)
+    minibatches = []
+    for epoch in range(3 if epochs else 1):
+        if epochs:
+            source.start_epoch(epoch)
+        while minibatch := source.next_minibatch(16):
+            check_values(minibatch)
+            minibatches.append(snapshot(minibatch))
+    assert sorted(counting.calls) == list(range(chunks)), "every chunk parsed once in three sweeps"
+    expected = []  # a new source per epoch: nothing loaded before
+    for epoch in range(3 if epochs else 1):
+        reference = sources.open(data, chunk_size=CHUNK, max_sweeps=1 if epochs else 3, **options)
+        reference.start_epoch(epoch)
+        expected += [snapshot(m) for m in read(reference, 16)]
+    assert minibatches == expected
+
+
+@pytest.mark.parametrize("window", [{"randomization_window_in_chunks": 4}, {"randomize": False}])
+def test_sweeps_keep_no_more_chunks_than_a_window_holds(sources, big, window):
+    """Chunks kept across a sweep's end never make the source hold more than the window and prefetch held before."""
+    deserializer = CountingDeserializer(CTFDeserializer(big.path, STREAMS, chunk_size_in_bytes=2000))
+    source = sources.open(deserializer, max_sweeps=3, **window)
+    most_in_first_sweep = most = sweep = 0
+    while minibatch := source.next_minibatch(16):
+        most = max(most, source.cached_chunks)
+        if sweep == 0:
+            most_in_first_sweep = most
+        sweep += any(data.end_of_sweep for data in minibatch.values())
+    assert sweep == 3 and most <= most_in_first_sweep + 1, (most, most_in_first_sweep)
+
+
+def test_an_epoch_that_follows_is_prefetched_before_the_one_before_ends(sources, data):
+    """Epochs read in turn (start_epoch): near the end of one the first chunks of the next are parsed; a source not
+    moved by start_epoch stops at its end (test_no_prefetch_past_the_end_of_the_epoch)."""
+    counting = CountingDeserializer(CTFDeserializer(data.path, STREAMS, chunk_size_in_bytes=CHUNK))
+    chunks = counting.num_chunks()
+    source = sources.open(counting, max_sweeps=1, randomization_window_in_chunks=4)
+    source.start_epoch(0)
+    while source.next_minibatch(16):
+        pass
+    waited = 0
+    while len(counting.calls) <= chunks and waited < 200:  # (parsed in the background: wait up to 10 s)
+        time.sleep(0.05)
+        waited += 1
+    parsed_ahead = set(counting.calls[chunks:])
+    chunk_of = {key: chunk for chunk, keys in enumerate(chunk_keys(data, CHUNK)) for key in keys}
+    source.start_epoch(1)
+    needed = {chunk_of[key] for key in keys_of(source.next_minibatch(16))}
+    assert parsed_ahead & needed, "the next epoch's first minibatch finds chunks it needs parsed ahead"
 
 
 # --------------------------------------------------------------------------------------------- config errors

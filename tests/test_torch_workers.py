@@ -92,7 +92,10 @@ def test_each_chunk_is_parsed_once_per_epoch_across_workers(tmp_path: Path, work
     expected = stream_of(list(loader(functools.partial(counted_source, str(alone)), 64)))
     data = loader(functools.partial(counted_source, str(shared)), 64, num_workers=workers)
     assert_streams_equal(stream_of(list(data)), expected)
-    assert parses(alone) == list(range(CHUNKS))
+    # in one process the passes go on with one source: near the epoch's end it may have begun on the next epoch's
+    # first chunks (a parse thread's worth each); workers that do not persist never do
+    in_process = parses(alone)
+    assert set(in_process) == set(range(CHUNKS)) and len(in_process) <= CHUNKS + (os.cpu_count() or 1)
     assert parses(shared) == list(range(CHUNKS))  # (before: once per worker)
 
 

@@ -729,6 +729,7 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
         self._live: set[MinibatchSource] = set()
         self._spare: list[tuple[int, MinibatchSource]] = []  # (pid, source) of the last pass, for the next one
         self._template: tuple[int, MinibatchSource] | None = None  # (pid, source) built for forked workers
+        self._workers_persist = False  # loader workers live on between passes (MinibatchLoader tells)
         self._epochs = _Passes()
         self._begun_here = (os.getpid(), 0)  # (process, iterations it began): a worker's pass number
         # The shared-memory files loader workers make for this dataset are named after it (shm.job_name) and removed
@@ -835,6 +836,9 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
                     source.restore_from_checkpoint(resume["source"])
                 index = int(resume["minibatch_index"])
                 base = int(resume.get("worker_base", index))
+            # The next pass reads on with this source (see _spare_source) where this process lives on: near the end
+            # of this epoch, the next one's first chunks are prefetched.
+            source.engine.epochs_follow = worker is None or self._workers_persist
             while stream is None or not stream.done:  # (equal steps: the plan's steps; else to the data's end)
                 if exchange is not None:
                     exchange.at(index)
@@ -1099,8 +1103,10 @@ class MinibatchLoader(DataLoader):  # type: ignore[misc]  # (torch is Any to the
         return bool(method == "fork")
 
     def __iter__(self) -> Iterator[TorchMinibatch]:
-        if self.num_workers > 0 and isinstance(self.dataset, MinibatchDataset) and self._forks_workers():
-            self.dataset.prepare_workers()
+        if isinstance(self.dataset, MinibatchDataset):
+            self.dataset._workers_persist = bool(self.persistent_workers)  # (the workers get it when they start)
+            if self.num_workers > 0 and self._forks_workers():
+                self.dataset.prepare_workers()
         for item in super().__iter__():
             if isinstance(item, _Bundle):
                 batches, item.batches = item.batches, []

@@ -205,6 +205,11 @@ class ChunkCache:
     def __len__(self) -> int:
         return len(self._futures)
 
+    def held_sweeps(self, number: int) -> np.ndarray:
+        """Per slot of deserializer ``number``, the sweep its chunk is loaded (or loading) for; -1: none (a copy)."""
+        held: np.ndarray = self._held[number].copy()
+        return held
+
     def _spare_threads(self, future: Future[None]) -> int:
         """Threads the chunk starting to load may use: itself, and the parse threads no other load keeps busy (all
         the cores when chunks are parsed in the reading thread). The last chunk the reader waits for takes every

@@ -54,6 +54,9 @@ class ReadingEngine:
         self.clock = clock
         self.epoch = 0
         self.epoch_end = epoch_size
+        # The epochs are read one after the other (MinibatchSource.start_epoch): near an epoch's end the planner
+        # prefetches the next epoch's first chunks too.
+        self.epochs_follow = False
         self.cursor = Cursor(corpus, randomization)
         self.slots = BpttSlots(truncation_length)
         self.cache = ChunkCache(corpus, threads, clock, split=budget is None or budget.split_chunks)
@@ -169,7 +172,7 @@ class ReadingEngine:
                     f"{self.corpus.deserializers[0].source_name}: no usable sequence in a whole sweep ({skipped} units "
                     "skipped as invalid; see the errors counted under max_errors)"
                 )
-            self.planner.load(selection, self.cursor, self.epoch_end)
+            self.planner.load(selection, self.cursor, self._horizon())
             if self._marks is not None:
                 self._stage_end(1)
             sweeps = selection.sweeps() if versioned else None
@@ -214,7 +217,7 @@ class ReadingEngine:
         if self._marks is not None:
             self._stage_end(0)
         chunks = self.corpus.chunk_of_units(units)
-        self.planner.load(Selection(units, chunks, counts, []), self.cursor, self.epoch_end, extra=self.slots.units())
+        self.planner.load(Selection(units, chunks, counts, []), self.cursor, self._horizon(), extra=self.slots.units())
         if self._marks is not None:
             self._stage_end(1)
         rows_layout = (offsets, counts, rows)
@@ -222,6 +225,10 @@ class ReadingEngine:
         if self._marks is not None:
             self._stage_end(2)
         return minibatch
+
+    def _horizon(self) -> float:
+        """The sample position the planner looks ahead to: the epoch's end, or the next epoch's when epochs follow."""
+        return self.epoch_end + self.epoch_size if self.epochs_follow else self.epoch_end
 
     def _stage_end(self, stage: int) -> None:
         """Marks the end of a read's stage (0 selection, 1 chunk plan, 2 gather) when the read is timed."""

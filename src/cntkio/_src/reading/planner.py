@@ -48,14 +48,18 @@ class ChunkPlanner:
         self.codes = SweepChunks(corpus)
         self.planned: tuple[object, ...] | None = None  # the block whose chunks are loaded
         self._trimmed_at = 0  # chunks the cache had dropped when free heap pages were last given back
+        self._peak = 0  # the most chunks the window and prefetch have held at once (what _kept may keep)
 
     def forget(self) -> None:
         """The cursor moved elsewhere (seek, restore, a failed read): the next :meth:`load` plans anew."""
         self.planned = None
 
-    def load(self, selection: Selection, cursor: Cursor, epoch_end: float, extra: list[int] | None = None) -> None:
-        """Makes sure the chunks of ``selection`` are loaded, drops the chunks no read needs any more and prefetches
-        the next blocks' chunks. ``extra``: units waiting in BPTT slots, whose chunks are kept."""
+    def load(
+        self, selection: Selection, cursor: Cursor, horizon: float, extra: list[int] | None = None
+    ) -> None:
+        """Makes sure the chunks of ``selection`` are loaded, drops the chunks no read needs soon and prefetches the
+        next blocks' chunks, looking ahead to sample position ``horizon`` (the epoch's end, or the next epoch's when
+        it follows). ``extra``: units waiting in BPTT slots, whose chunks are kept."""
         plan = (cursor.sweep, cursor.block, cursor.partitioning)
         if plan == self.planned and extra is None:
             return  # the read stayed in the block planned when the cursor entered it
@@ -74,18 +78,20 @@ class ChunkPlanner:
         threads = self.cache.threads
         upcoming = [
             codes.encode(sweep, chunks)
-            for sweep, chunks in cursor.upcoming_chunks(1 + max(1, threads), epoch_end)
+            for sweep, chunks in cursor.upcoming_chunks(1 + max(1, threads), horizon)
             if last_sweep is None or sweep <= last_sweep
         ]
         window = np.union1d(np.union1d(needed, in_flight), upcoming[0] if upcoming else in_flight)
-        reading_on = threads and cursor.position < epoch_end
+        reading_on = threads and cursor.position < horizon
         ahead = np.zeros(0, dtype=np.int64)  # the first chunks of the next blocks that are not in the window
         if reading_on and len(upcoming) > 1:
             later = np.concatenate(upcoming[1:])
             later = later[~np.isin(later, window)]
             _, first = np.unique(later, return_index=True)
             ahead = later[np.sort(first)[:threads]]
-        self.cache.retain(self._load_plan(np.concatenate([window, ahead])))
+        held = np.concatenate([window, ahead])
+        self._peak = max(self._peak, len(held))
+        self.cache.retain(self._load_plan(np.concatenate([held, self._kept(held, cursor, horizon)])))
         budget = self.budget
         if budget is not None and self.cache.dropped - self._trimmed_at >= max(1, budget.held_chunks // 4):
             _native.release_free_memory()
@@ -94,10 +100,44 @@ class ChunkPlanner:
             corpus.chunk_keys(zip(codes.table_chunks(needed).tolist(), codes.sweeps(needed).tolist()))
         )
         if reading_on:
-            # The rest of the block's window, then the next blocks'; a later read in this block that finds
-            # a chunk not loaded yet (no prefetch) loads it then (the native gather refuses to guess).
+            # The rest of the block's window in the order reads need it (by rank), then the next blocks'; a later
+            # read in this block that finds a chunk not loaded yet (no prefetch) loads it then (the native gather
+            # refuses to guess).
             rest = np.setdiff1d(window, np.union1d(needed, in_flight), assume_unique=True)
+            rest = rest[np.argsort(cursor.order(cursor.sweep).chunk_rank[codes.table_chunks(rest)], kind="stable")]
             self.cache.prefetch(self._load_plan(np.concatenate([rest, ahead])))
+
+    def _kept(self, held: np.ndarray, cursor: Cursor, horizon: float) -> np.ndarray:
+        """Chunks loaded now besides ``held`` (the window and the prefetch) that a later read needs, the soonest
+        needed first, as many as keep the chunks held within the most the window and prefetch have held (and the
+        memory budget): the window of a new sweep, or of the next epoch, starts with chunks still loaded instead of
+        parsing them again. Chunks are needed in the order of their randomized rank (the window slides over it): one
+        ranked past the current block's first comes later in this sweep, one ranked before it in the next sweep (if
+        it is read before ``horizon``). Chunks that vary by sweep are not kept."""
+        room = self._peak - len(held)
+        if self.budget is not None:
+            room = min(room, self.budget.held_chunks - len(held))
+        if room <= 0 or self.codes.versioned or cursor.position >= horizon:
+            return held[:0]
+        loaded = np.flatnonzero(self.cache.held_sweeps(0) >= 0)  # (unversioned: the primary's slots are chunks)
+        spare = loaded[~np.isin(loaded, held)]
+        if not len(spare):
+            return spare
+        order = cursor.order(cursor.sweep)
+        ranks = order.chunk_rank
+        block = cursor.block
+        opened = len(ranks)  # the first rank the current block opens (past the sweep's end: none)
+        if block < order.num_blocks:
+            opened = int(ranks[order.needed_chunks(block)].min(initial=opened))
+        when = ranks[spare].astype(np.float64)
+        passed = when < opened  # (the window has slid past them in this sweep)
+        if passed.any():
+            follows = (cursor.sweep + 1) * cursor.sweep_size < horizon
+            nxt = cursor.order(cursor.sweep + 1).chunk_rank[spare[passed]] if follows else np.inf
+            when[passed] = len(ranks) + nxt
+        soonest = np.argsort(when, kind="stable")[:room]
+        kept: np.ndarray = spare[soonest[np.isfinite(when[soonest])]]
+        return kept
 
     def _load_plan(self, codes: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
         """:meth:`Corpus.load_plan` of codes."""
