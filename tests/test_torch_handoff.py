@@ -10,6 +10,7 @@ import gc
 import os
 import pickle
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +121,55 @@ def test_closing_ahead_stops_its_thread_and_closes_the_producer() -> None:
     assert not any(t.name == "test-ahead" for t in threading.enumerate())
     with pytest.raises(StopIteration):
         next(ahead)
+
+
+def _slow(count: int, fail: bool = False, closed: threading.Event | None = None) -> Any:
+    """Items that take 2 ms each to make (far longer than a consumer that only takes them is away)."""
+    try:
+        for k in range(count):
+            time.sleep(0.002)
+            yield k
+        if fail:
+            raise Boom("after the last")
+    finally:
+        if closed is not None:
+            closed.set()
+
+
+def test_a_consumer_that_never_waits_makes_the_items_itself_in_order() -> None:
+    """A loop with no step gains nothing from the thread: the consumer takes the making over (same items, same
+    order), and gives it back when it spends longer away than an item takes to make."""
+    ahead = Ahead(_slow(200), 2, name="test-ahead")
+    got = [next(ahead) for _ in range(60)]
+    assert not ahead.threaded
+    for _ in range(40):
+        time.sleep(0.02)  # a step ten times longer than an item
+        got.append(next(ahead))
+    assert ahead.threaded
+    got += list(ahead)
+    assert got == list(range(200))
+    assert not any(t.name == "test-ahead" for t in threading.enumerate())
+
+
+def test_items_made_by_the_consumer_raise_the_error_after_the_items_before_it() -> None:
+    closed = threading.Event()
+    ahead = Ahead(_slow(40, fail=True, closed=closed), 2, name="test-ahead")
+    got, threaded = [], []
+    with pytest.raises(Boom, match="after the last"):
+        for item in ahead:
+            got.append(item)
+            threaded.append(ahead.threaded)
+    assert got == list(range(40)) and not threaded[-1] and closed.is_set()
+    assert not any(t.name == "test-ahead" for t in threading.enumerate())
+
+
+def test_closing_ahead_while_the_consumer_makes_the_items_stops_the_thread() -> None:
+    closed = threading.Event()
+    ahead = Ahead(_slow(10**6, closed=closed), 2, name="test-ahead")
+    assert [next(ahead) for _ in range(30)] == list(range(30)) and not ahead.threaded
+    ahead.close()
+    assert closed.is_set()
+    assert not any(t.name == "test-ahead" for t in threading.enumerate())
 
 
 def test_dropping_an_iteration_stops_the_background_thread(data: str) -> None:
