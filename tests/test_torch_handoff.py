@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import itertools
 import os
 import pickle
 import threading
@@ -123,11 +124,52 @@ def test_closing_ahead_stops_its_thread_and_closes_the_producer() -> None:
         next(ahead)
 
 
-def _slow(count: int, fail: bool = False, closed: threading.Event | None = None) -> Any:
-    """Items that take 2 ms each to make (far longer than a consumer that only takes them is away)."""
+class _Clock:
+    """A clock for Ahead's timing: each item handed over costs ``threaded`` or ``inline`` seconds, by the way it was
+    made."""
+
+    def __init__(self, threaded: float, inline: float):
+        self.costs = {True: threaded, False: inline}
+        self.now = 0.0
+        self.ahead: Ahead[Any] | None = None
+
+    def __call__(self) -> float:
+        assert self.ahead is not None
+        return self.now
+
+    def tick(self) -> None:
+        assert self.ahead is not None
+        self.now += self.costs[self.ahead.threaded]
+
+
+@pytest.mark.parametrize(("threaded", "inline"), [(1.0, 2.0), (2.0, 1.0)], ids=["thread-faster", "inline-faster"])
+def test_ahead_keeps_the_faster_way_of_making_items_and_tries_the_other_now_and_then(
+    monkeypatch: pytest.MonkeyPatch, threaded: float, inline: float
+) -> None:
+    from cntkio._src.integrations import ahead as module
+
+    clock = _Clock(threaded, inline)
+    monkeypatch.setattr(module, "_clock", clock)
+    ahead = clock.ahead = Ahead(iter(range(10**6)), 2)
+    ways = []
+    for expected in range(3000):
+        clock.tick()
+        assert next(ahead) == expected
+        ways.append(ahead.threaded)
+    ahead.close()
+    faster = threaded < inline
+    settled = ways[100:]  # (after the first timing of both ways)
+    share = sum(way == faster for way in settled) / len(settled)
+    assert 0.9 < share < 1.0, share  # the faster way, but for the other's reprobes
+    probes = sum(1 for a, b in itertools.pairwise(settled) if a == faster and b != faster)
+    assert probes >= len(settled) // (module.REPROBE_ITEMS + 2 * module.PROBE_ITEMS + 8)  # (one every ~550 items)
+
+
+def _items(count: int, cost: float = 0.0, fail: bool = False, closed: threading.Event | None = None) -> Any:
     try:
         for k in range(count):
-            time.sleep(0.002)
+            if cost:
+                time.sleep(cost)
             yield k
         if fail:
             raise Boom("after the last")
@@ -136,40 +178,49 @@ def _slow(count: int, fail: bool = False, closed: threading.Event | None = None)
             closed.set()
 
 
-def test_a_consumer_that_never_waits_makes_the_items_itself_in_order() -> None:
-    """A loop with no step gains nothing from the thread: the consumer takes the making over (same items, same
-    order), and gives it back when it spends longer away than an item takes to make."""
-    ahead = Ahead(_slow(200), 2, name="test-ahead")
-    got = [next(ahead) for _ in range(60)]
-    assert not ahead.threaded
-    for _ in range(40):
-        time.sleep(0.02)  # a step ten times longer than an item
-        got.append(next(ahead))
-    assert ahead.threaded
-    got += list(ahead)
-    assert got == list(range(200))
+@pytest.fixture
+def switching(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ahead changes the way it makes items every few items."""
+    from cntkio._src.integrations import ahead as module
+
+    monkeypatch.setattr(module, "PROBE_ITEMS", 2)
+    monkeypatch.setattr(module, "REPROBE_ITEMS", 3)
+    monkeypatch.setattr(module, "_WARM_ITEMS", 1)
+
+
+@pytest.mark.parametrize("cost", [0.0, 0.001])
+@pytest.mark.parametrize("consumer", [0.0, 0.001])
+def test_changing_the_way_items_are_made_keeps_their_order(switching: None, cost: float, consumer: float) -> None:
+    ahead = Ahead(_items(300, cost), 2, name="test-ahead")
+    got, ways = [], set()
+    for item in ahead:
+        got.append(item)
+        ways.add(ahead.threaded)
+        if consumer:
+            time.sleep(consumer)
+    assert got == list(range(300)) and ways == {True, False}
     assert not any(t.name == "test-ahead" for t in threading.enumerate())
 
 
-def test_items_made_by_the_consumer_raise_the_error_after_the_items_before_it() -> None:
-    closed = threading.Event()
-    ahead = Ahead(_slow(40, fail=True, closed=closed), 2, name="test-ahead")
-    got, threaded = [], []
-    with pytest.raises(Boom, match="after the last"):
-        for item in ahead:
-            got.append(item)
-            threaded.append(ahead.threaded)
-    assert got == list(range(40)) and not threaded[-1] and closed.is_set()
+def test_an_error_comes_after_the_items_before_it_whoever_makes_them(switching: None) -> None:
+    for count in range(20, 30):  # (the error found by the thread or by the consumer)
+        closed = threading.Event()
+        got = []
+        with pytest.raises(Boom, match="after the last"):
+            for item in Ahead(_items(count, 0.0005, fail=True, closed=closed), 2, name="test-ahead"):
+                got.append(item)
+        assert got == list(range(count)) and closed.is_set()
     assert not any(t.name == "test-ahead" for t in threading.enumerate())
 
 
-def test_closing_ahead_while_the_consumer_makes_the_items_stops_the_thread() -> None:
-    closed = threading.Event()
-    ahead = Ahead(_slow(10**6, closed=closed), 2, name="test-ahead")
-    assert [next(ahead) for _ in range(30)] == list(range(30)) and not ahead.threaded
-    ahead.close()
-    assert closed.is_set()
-    assert not any(t.name == "test-ahead" for t in threading.enumerate())
+def test_closing_ahead_whoever_makes_the_items_stops_the_thread(switching: None) -> None:
+    for taken in range(5, 15):
+        closed = threading.Event()
+        ahead = Ahead(_items(10**6, closed=closed), 2, name="test-ahead")
+        assert [next(ahead) for _ in range(taken)] == list(range(taken))
+        ahead.close()
+        assert closed.is_set()
+        assert not any(t.name == "test-ahead" for t in threading.enumerate())
 
 
 def test_dropping_an_iteration_stops_the_background_thread(data: str) -> None:

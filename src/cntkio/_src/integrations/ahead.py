@@ -9,11 +9,13 @@ the synchronous iterator would have raised it (after the items before it). :meth
 consumer lets go of it) stops the thread and closes the producer's iterator; items made and not delivered are
 dropped — the integrations keep the state of the last *delivered* item, so a checkpoint never skips them.
 
-A consumer that comes back for the next item sooner than an item takes to make (a loop with no step, an evaluation
-that only counts) gains nothing from the thread and pays a thread hand-off per item: then the consumer makes the
-items itself, in the same order, and the thread waits until the consumer again spends longer away than an item
-takes (:data:`INLINE_BELOW`, :data:`THREADED_ABOVE`, exponential averages of both times). Whoever makes an item holds
-the turn lock until it is queued, so items are made one at a time and handed over in order.
+Whether the thread helps depends on the consumer: a step that releases the GIL (a framework's kernels) overlaps the
+making of the next item; a loop with no step, or one whose work holds the GIL, gains nothing and pays a thread
+hand-off per item. So :class:`Ahead` measures: it times the items it hands over (the consumer's whole cycle, its
+own work included) with the thread making them and with the consumer making them itself (in the same order), keeps
+the faster way (the thread's unless the consumer's is clearly faster: :data:`INLINE_MARGIN`) and tries the other
+again now and then (:data:`PROBE_ITEMS`, :data:`REPROBE_ITEMS`). Whoever makes an item holds the turn lock until it
+is queued, so items are made one at a time and handed over in order.
 """
 
 from __future__ import annotations
@@ -29,10 +31,12 @@ T = TypeVar("T")
 
 _END = object()  # the producer's iterator is exhausted
 _POLL_SECONDS = 0.1  # how often a waiting producer looks for a stop
-INLINE_BELOW = 0.5  # the consumer makes the items when it is away less than this share of an item's making time
-THREADED_ABOVE = 1.0  # ... and gives them back to the thread when it is away more than this share
-_SETTLE = 8  # items delivered before the first switch (the averages settle)
-_WEIGHT = 0.2  # the weight of the newest time in the averages
+PROBE_ITEMS = 16  # items timed in each way (after _WARM_ITEMS that are not: a change settles)
+REPROBE_ITEMS = 512  # items made the faster way before both are timed again
+INLINE_MARGIN = 0.9  # the consumer makes the items only when that is clearly faster: the thread also hides the
+# occasional long wait (a chunk being parsed) that a short timing may not see
+_WARM_ITEMS = 4
+_clock = time.perf_counter
 
 
 class _Failure:
@@ -46,7 +50,7 @@ class _Failure:
 
 class _Turn:
     """What the producer thread and the consumer share: the iterator, the turn lock held while an item is made and
-    queued, whether the thread makes the items (``threaded``), and the average seconds an item takes to make."""
+    queued, and whether the thread makes the items (``threaded``)."""
 
     def __init__(self, items: Iterator[T], depth: int):
         self.items = items
@@ -55,19 +59,15 @@ class _Turn:
         self.threaded = threading.Event()
         self.threaded.set()
         self.stop = threading.Event()
-        self.making = 0.0
 
     def make(self) -> object:
         """The next item, or the end or failure marker (the turn lock is held)."""
-        started = time.perf_counter()
         try:
-            item: object = next(self.items)
+            return next(self.items)
         except StopIteration:
             return _END
         except BaseException as error:
             return _Failure(error)
-        self.making += _WEIGHT * (time.perf_counter() - started - self.making)
-        return item
 
 
 class Ahead(Generic[T]):
@@ -78,9 +78,10 @@ class Ahead(Generic[T]):
             raise ValueError(f"depth must be >= 1, got {depth}")
         self._turn = turn = _Turn(items, depth)
         self._done = False
-        self._delivered = 0
-        self._away = 0.0  # average seconds the consumer spends between items
-        self._returned = 0.0  # perf_counter when the last item was handed over
+        self._items = 0  # items handed over in this phase
+        self._phase = 0  # 0: timing the way items are made now, 1: timing the other, 2: keeping the faster
+        self._timed_from = 0.0  # perf_counter when the timed items began
+        self._per_item: dict[bool, float] = {}  # seconds per item handed over, by threaded, as last timed
         self._thread = threading.Thread(target=_produce, args=(turn,), name=name, daemon=True)
         self._thread.start()
         # (the thread holds the turn, not this object: dropping the consumer stops the producer)
@@ -99,8 +100,6 @@ class Ahead(Generic[T]):
         if self._done:
             raise StopIteration
         turn = self._turn
-        if self._delivered:
-            self._away += _WEIGHT * (time.perf_counter() - self._returned - self._away)
         try:
             item = turn.out.get_nowait()
         except queue.Empty:
@@ -117,20 +116,28 @@ class Ahead(Generic[T]):
             if isinstance(item, _Failure):
                 raise item.error
             raise StopIteration
-        self._delivered += 1
-        if self._delivered >= _SETTLE:
-            self._switch()
-        self._returned = time.perf_counter()
+        self._timed()
         return item  # type: ignore[return-value]  # (anything but the markers is the producer's item)
 
-    def _switch(self) -> None:
-        """Gives the making of items to the consumer or back to the thread (see the module)."""
-        turn = self._turn
-        if turn.threaded.is_set():
-            if self._away < INLINE_BELOW * turn.making:
-                turn.threaded.clear()
-        elif self._away > THREADED_ABOVE * turn.making:
-            turn.threaded.set()
+    def _timed(self) -> None:
+        """Times the items handed over and keeps the faster way of making them: the way it makes them now is timed,
+        then the other, then the faster is kept for :data:`REPROBE_ITEMS` items (see the module)."""
+        self._items += 1
+        if self._items == _WARM_ITEMS:
+            self._timed_from = _clock()
+        elif self._items == _WARM_ITEMS + PROBE_ITEMS and self._phase < 2:
+            turn = self._turn
+            threaded = turn.threaded.is_set()
+            self._per_item[threaded] = (_clock() - self._timed_from) / PROBE_ITEMS
+            self._items = 0
+            self._phase += 1
+            if self._phase == 1 or (self._per_item[False] < INLINE_MARGIN * self._per_item[True]) == threaded:
+                if threaded:
+                    turn.threaded.clear()
+                else:
+                    turn.threaded.set()
+        elif self._phase == 2 and self._items >= REPROBE_ITEMS:
+            self._items = self._phase = 0
 
     def close(self) -> None:
         """Stops the producer (its iterator is closed on its thread) and waits for it; undelivered items go."""
