@@ -406,13 +406,13 @@ def test_sparse_batches_from_workers_print_no_warning(data: tuple[str, dict[int,
 
 
 def test_batches_from_workers_carry_a_file_table_and_ids(data: tuple[str, dict[int, Any]]) -> None:
-    """A batch leaving a worker carries its provenance as a table of files and an id per sequence (narrow integer
-    arrays), not a (path, key) pair per sequence."""
+    """A batch leaving a worker carries its provenance as a table of files and an id per sequence (integer arrays),
+    not a (path, key) pair per sequence."""
     path, _ = data
     batches = list(loader(functools.partial(worker.make_source, path), 16, num_workers=2))
     for batch in batches:
         assert batch.provenance.files == (path,)
-        assert batch.provenance.ids.dtype.itemsize <= 2 and batch.provenance.file_rows.dtype == np.uint8
+        assert batch.provenance.ids.dtype == np.int64 and batch.provenance.file_rows.dtype == np.uint8
         assert batch.keys == [(path, int(key)) for key in batch.provenance.ids]
     reference = [key for batch in run_loader(MinibatchDataset(functools.partial(worker.make_source, path), 16), 0)
                  for key in batch.keys]  # fmt: skip

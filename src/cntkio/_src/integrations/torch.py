@@ -305,23 +305,11 @@ def _pinned(value: Any) -> Any:
     return value.pin_memory()
 
 
-def _narrowest(values: np.ndarray) -> np.ndarray:
-    """Integers in the narrowest integer dtype that holds them exactly."""
-    if not len(values):
-        return values.astype(np.uint8)
-    low, high = int(values.min()), int(values.max())
-    kinds = (np.uint8, np.uint16, np.uint32, np.uint64) if low >= 0 else (np.int8, np.int16, np.int32, np.int64)
-    for kind in kinds:
-        info = np.iinfo(kind)
-        if info.min <= low and high <= info.max:
-            return values.astype(kind)
-    return values
-
-
 @dataclass(frozen=True)
 class _Keys:
-    """Provenance keys as a batch carries them across processes: a table of the files and, per sequence, the row
-    of its file and its key (an integer array when every key is an integer)."""
+    """Provenance keys as a batch carries them across processes: a table of the files this batch uses and, per
+    sequence, the row of its file (uint8 up to 256 files) and its key (an integer array when every key is an
+    integer)."""
 
     files: tuple[str, ...]
     file_rows: np.ndarray
@@ -332,16 +320,20 @@ class _Keys:
         if isinstance(provenance, _Keys):
             return provenance
         files, rows, ids = provenance.columns()
-        used, rows = np.unique(rows, return_inverse=True)  # the files this batch uses
+        rows = rows.reshape(-1)
+        if len(files) == 1:  # (the common case: one file)
+            table, rows = tuple(files), np.zeros(len(rows), dtype=np.uint8)
+        else:  # the files this batch uses, numbered in a small table
+            used, inverse = np.unique(rows, return_inverse=True)
+            table = tuple(files[i] for i in used.tolist())
+            rows = inverse.reshape(-1).astype(np.uint8 if len(used) <= 256 else np.uint32)
         if not isinstance(ids, np.ndarray) and ids and all(type(key) is int for key in ids):
             low, high = min(ids), max(ids)
             if low >= -(2**63) and high < 2**63:
                 ids = np.array(ids, dtype=np.int64)
             elif low >= 0 and high < 2**64:
                 ids = np.array(ids, dtype=np.uint64)
-        if isinstance(ids, np.ndarray):
-            ids = _narrowest(ids)
-        return cls(tuple(files[i] for i in used.tolist()), _narrowest(rows.reshape(-1)), ids)
+        return cls(table, rows, ids)
 
     @property
     def keys(self) -> list[tuple[str, Any]]:

@@ -32,7 +32,7 @@ import pickle
 import secrets
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -46,25 +46,22 @@ MIN_SLOT_BYTES = 1 << 20
 HEADER = np.dtype([("owner", "<u8"), ("slot", "<u8"), ("generation", "<u8"), ("serial", "<u8")])  # (a slot's first)
 
 
-@dataclass(frozen=True)
-class _Ref:
-    """A strided tensor in a slot."""
+class _Ref(NamedTuple):
+    """A tensor in a slot, stored contiguous (tuples: made and pickled cheaply, several per batch)."""
 
     offset: int
     dtype: str
     shape: tuple[int, ...]
 
 
-@dataclass(frozen=True)
-class _CSRRef:
+class _CSRRef(NamedTuple):
     crow: _Ref
     col: _Ref
     values: _Ref
     size: tuple[int, ...]
 
 
-@dataclass(frozen=True)
-class _PackedRef:
+class _PackedRef(NamedTuple):
     parts: tuple[Any, ...]  # PackedSequence's fields: refs, or None
 
 
@@ -187,10 +184,10 @@ def _to_refs(value: Any, tensors: list[tuple[int, np.ndarray]], offset: list[int
     if value.layout != torch.strided or value.requires_grad:
         return value
     try:
-        array = value.detach().contiguous().numpy()
+        array = value.numpy()  # (strided as it may be: the copy into the slot makes it contiguous)
     except TypeError:  # a dtype NumPy lacks
         return value
-    ref = _Ref(offset[0], array.dtype.str, tuple(array.shape))
+    ref = _Ref(offset[0], array.dtype.str, array.shape)
     tensors.append((offset[0], array))
     offset[0] = _align(offset[0] + array.nbytes)
     return ref
