@@ -223,6 +223,23 @@ def test_closing_ahead_whoever_makes_the_items_stops_the_thread(switching: None)
         assert not any(t.name == "test-ahead" for t in threading.enumerate())
 
 
+def test_batches_are_the_same_whichever_thread_makes_them(data: str, switching: None) -> None:
+    """Batches made on the training thread (Ahead's inline way) do not take its torch state: CPU tensors, not inference
+    tensors, under another default device and inference mode — as the background thread makes them."""
+    made: set[tuple[str, str, bool]] = set()
+    dataset = MinibatchDataset(functools.partial(make_source, data), 16, ahead=2)
+    try:
+        with torch.inference_mode():
+            torch.set_default_device("meta")
+            for batch in dataset:
+                for name in ("x", "y"):
+                    tensor = batch[name]
+                    made.add((name, tensor.device.type, tensor.is_inference()))
+    finally:
+        torch.set_default_device("cpu")
+    assert made == {("x", "cpu", False), ("y", "cpu", False)}
+
+
 def test_dropping_an_iteration_stops_the_background_thread(data: str) -> None:
     dataset = MinibatchDataset(functools.partial(make_source, data), 64, ahead=2)
     iterator = iter(dataset)

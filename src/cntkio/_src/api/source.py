@@ -253,15 +253,18 @@ class MinibatchSource:
     def start_epoch(self, epoch: int) -> None:
         """Moves to the start of epoch ``epoch`` of the endless timeline (BrainScript's epochs): it covers
         samples ``[epoch * epoch_size, (epoch + 1) * epoch_size)``, so later epochs read later, reshuffled
-        sweeps. Epoch 0 is where a new source starts. A source moved with it reads its epochs in turn: near the end
-        of one it prefetches the first chunks of the next."""
+        sweeps. Epoch 0 is where a new source starts. A source moved on with it (to a later epoch, or to its first)
+        reads its epochs in turn: near the end of one it prefetches the first chunks of the next."""
         if self.is_infinite():
             raise ValueError("an infinite source has no epochs; set max_samples or max_sweeps")
         if int(epoch) < 0:
             raise ValueError(f"epoch must be >= 0, got {epoch}")
         with self._lock:
-            self._engine.start_epoch(int(epoch))
-            self._engine.epochs_follow = True
+            engine = self._engine
+            # (re-reading the epoch read last, a validation set's start_epoch(0) each time, is not moving on)
+            moves_on = int(epoch) > engine.epoch or engine.position == 0
+            engine.start_epoch(int(epoch))
+            engine.epochs_follow = moves_on
 
     @property
     def current_epoch(self) -> int:

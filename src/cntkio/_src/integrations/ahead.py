@@ -20,11 +20,13 @@ is queued, so items are made one at a time and handed over in order.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -73,10 +75,18 @@ class _Turn:
 class Ahead(Generic[T]):
     """Iterates ``items`` on a background thread, up to ``depth`` items ahead (``depth >= 1``)."""
 
-    def __init__(self, items: Iterator[T], depth: int, name: str = "cntkio-ahead"):
+    def __init__(
+        self,
+        items: Iterator[T],
+        depth: int,
+        name: str = "cntkio-ahead",
+        inline: Callable[[], AbstractContextManager[object]] | None = None,
+    ):
         if depth < 1:
             raise ValueError(f"depth must be >= 1, got {depth}")
         self._turn = turn = _Turn(items, depth)
+        # (the context the consumer makes items in: the state a fresh thread has, e.g. torch's inference mode off)
+        self._inline = inline if inline is not None else contextlib.nullcontext
         self._done = False
         self._items = 0  # items handed over in this phase
         self._phase = 0  # 0: timing the way items are made now, 1: timing the other, 2: keeping the faster
@@ -110,7 +120,8 @@ class Ahead(Generic[T]):
                     try:
                         item = turn.out.get_nowait()
                     except queue.Empty:
-                        item = turn.make()
+                        with self._inline():
+                            item = turn.make()
         if item is _END or isinstance(item, _Failure):
             self.close()
             if isinstance(item, _Failure):
@@ -160,7 +171,8 @@ def _produce(turn: _Turn) -> None:
     finally:
         close = getattr(turn.items, "close", None)
         if close is not None:
-            close()  # (a generator's finally blocks run here, on the thread that ran it)
+            with turn.lock:  # (not while the consumer makes an item)
+                close()  # (a generator's finally blocks run here, on this thread)
 
 
 def _put(turn: _Turn, item: object) -> bool:

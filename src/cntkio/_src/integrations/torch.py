@@ -431,6 +431,12 @@ def stream_tensors(data: MinibatchData, layout: str = "auto", pad_id: int = 0) -
     return StreamTensors(padded_tensor, mask=torch.from_numpy(layouts.mask(data)))
 
 
+def _fresh_thread_state() -> Any:
+    """What batches made on the training thread are made in (see Ahead): torch's state of a fresh thread, so that
+    a batch is the same whichever thread made it (inference mode off; devices are explicit where they matter)."""
+    return torch.inference_mode(False)
+
+
 def _reusable(source: MinibatchSource) -> bool:
     """Whether the next pass in this process may read ``source`` on: a finite, open source that counted no errors
     (a new pass starts with a clean error budget, as with a new source)."""
@@ -499,6 +505,7 @@ def _csr(data: MinibatchData) -> torch.Tensor:
         col,
         torch.from_numpy(data.values),
         size=(len(indptr) - 1, *data.info.shape),  # (the CSR rows: a stream declared (1, dim) is dim wide)
+        device="cpu",  # (not the calling thread's default device: batches are made on either thread, see Ahead)
         check_invariants=False,  # the reader's CSR is valid by construction
     )
 
@@ -768,7 +775,7 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
         sent = None if worker_pass is None else (self._job[1], *worker_pass.key, epoch, os.getpid())
         batches: Iterator[Any] = self._minibatches(epoch, resume, worker, sent)
         if worker is None and self.ahead:
-            batches = Ahead(batches, self.ahead, name="cntkio-torch-ahead")
+            batches = Ahead(batches, self.ahead, name="cntkio-torch-ahead", inline=_fresh_thread_state)
         elif worker is not None and self.bundle:
             batches = _bundled(batches)
         return self._delivered(batches)

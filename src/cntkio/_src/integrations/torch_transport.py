@@ -277,7 +277,8 @@ def _from_refs(value: Any, buffer: Any) -> Any:
         return torch.from_numpy(array)
     if isinstance(value, _CSRRef):
         parts = (_from_refs(value.crow, buffer), _from_refs(value.col, buffer), _from_refs(value.values, buffer))
-        return torch.sparse_csr_tensor(*parts, size=value.size, check_invariants=False)  # (the beta warning: torch.py)
+        # (the beta warning: torch.py; the device explicit: not the receiving thread's default device)
+        return torch.sparse_csr_tensor(*parts, size=value.size, device="cpu", check_invariants=False)
     if isinstance(value, _PackedRef):
         return PackedSequence(*(_from_refs(part, buffer) for part in value.parts))
     return value

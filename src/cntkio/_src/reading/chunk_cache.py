@@ -205,10 +205,10 @@ class ChunkCache:
     def __len__(self) -> int:
         return len(self._futures)
 
-    def held_sweeps(self, number: int) -> np.ndarray:
-        """Per slot of deserializer ``number``, the sweep its chunk is loaded (or loading) for; -1: none (a copy)."""
-        held: np.ndarray = self._held[number].copy()
-        return held
+    def loaded_slots(self, number: int) -> np.ndarray:
+        """The slots of deserializer ``number`` loaded or loading (work per chunk held, not per slot)."""
+        with self._lock:
+            return np.fromiter((slot for n, slot in self._futures if n == number), dtype=np.int64)
 
     def _spare_threads(self, future: Future[None]) -> int:
         """Threads the chunk starting to load may use: itself, and the parse threads no other load keeps busy (all

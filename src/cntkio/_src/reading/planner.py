@@ -119,7 +119,7 @@ class ChunkPlanner:
             room = min(room, self.budget.held_chunks - len(held))
         if room <= 0 or self.codes.versioned or cursor.position >= horizon:
             return held[:0]
-        loaded = np.flatnonzero(self.cache.held_sweeps(0) >= 0)  # (unversioned: the primary's slots are chunks)
+        loaded = self.cache.loaded_slots(0)  # (unversioned: the primary's slots are its table chunks)
         spare = loaded[~np.isin(loaded, held)]
         if not len(spare):
             return spare
