@@ -113,15 +113,7 @@ class Ahead(Generic[T]):
         try:
             item = turn.out.get_nowait()
         except queue.Empty:
-            if turn.threaded.is_set():
-                item = turn.out.get()
-            else:
-                with turn.lock:  # (a thread making an item holds it until the item is queued)
-                    try:
-                        item = turn.out.get_nowait()
-                    except queue.Empty:
-                        with self._inline():
-                            item = turn.make()
+            item = turn.out.get() if turn.threaded.is_set() else self._make_here()
         if item is _END or isinstance(item, _Failure):
             self.close()
             if isinstance(item, _Failure):
@@ -129,6 +121,16 @@ class Ahead(Generic[T]):
             raise StopIteration
         self._timed()
         return item  # type: ignore[return-value]  # (anything but the markers is the producer's item)
+
+    def _make_here(self) -> object:
+        """The next item, made by the consumer — or queued by the thread, which holds the turn lock until then."""
+        turn = self._turn
+        with turn.lock:
+            try:
+                return turn.out.get_nowait()
+            except queue.Empty:
+                with self._inline():
+                    return turn.make()
 
     def _timed(self) -> None:
         """Times the items handed over and keeps the faster way of making them: the way it makes them now is timed,

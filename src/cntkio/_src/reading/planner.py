@@ -54,9 +54,7 @@ class ChunkPlanner:
         """The cursor moved elsewhere (seek, restore, a failed read): the next :meth:`load` plans anew."""
         self.planned = None
 
-    def load(
-        self, selection: Selection, cursor: Cursor, horizon: float, extra: list[int] | None = None
-    ) -> None:
+    def load(self, selection: Selection, cursor: Cursor, horizon: float, extra: list[int] | None = None) -> None:
         """Makes sure the chunks of ``selection`` are loaded, drops the chunks no read needs soon and prefetches the
         next blocks' chunks, looking ahead to sample position ``horizon`` (the epoch's end, or the next epoch's when
         it follows). ``extra``: units waiting in BPTT slots, whose chunks are kept."""
