@@ -38,7 +38,7 @@ def _send_batch(job: str, values: list[int], pid: int, connection: Any) -> None:
         os.getpid = lambda: pid  # type: ignore[assignment]  # (this process only: forked)
     pool = torch_transport.worker_pool(job)
     assert pool is not None
-    connection.send(pool.pack({"tensors": {"x": torch.tensor(values)}, "state": {}}, ("tensors",)))
+    connection.send(pool.pack({"x": np.array(values), "state": {}}))
     connection.recv()  # the main process let go of the batch
     connection.send(bytes(pool.flags[-torch_transport.MAX_SLOTS :]))
     os._exit(0)
@@ -51,7 +51,7 @@ def _through_a_worker(job: str, values: list[int], pid: int = 0) -> tuple[list[i
     process = context.Process(target=_send_batch, args=(job, values, pid, there))
     process.start()
     fields = torch_transport.unpack(here.recv())
-    received = fields["tensors"]["x"].tolist()
+    received = fields["x"].tolist()
     del fields
     here.send(None)
     flags = here.recv()
@@ -74,7 +74,7 @@ def test_a_worker_with_a_dead_workers_pid_is_served_its_own_batch() -> None:
 
 REUSED_PID_SCRIPT = r"""
 import os, pickle, secrets, sys
-import torch
+import numpy as np
 from cntkio._src.integrations import shm, torch_transport
 
 token = secrets.token_hex(6)  # (this script is PID 1 of its namespace, as another run of it may be)
@@ -89,14 +89,14 @@ def through_a_worker(values, pid=None):
     if child == 0:
         os.close(read)
         pool = torch_transport.worker_pool(job)
-        os.write(write, pickle.dumps(pool.pack({"tensors": {"x": torch.tensor(values)}}, ("tensors",))))
+        os.write(write, pickle.dumps(pool.pack({"x": np.array(values)})))
         os._exit(0)
     os.close(write)
     data = b""
     while chunk := os.read(read, 1 << 16):
         data += chunk
     os.waitpid(child, 0)
-    return torch_transport.unpack(pickle.loads(data))["tensors"]["x"].tolist(), child
+    return torch_transport.unpack(pickle.loads(data))["x"].tolist(), child
 
 first, pid = through_a_worker([1, 2, 3])
 second, again = through_a_worker([7, 8, 9], pid)
@@ -126,7 +126,7 @@ def test_a_slot_that_does_not_hold_the_batch_sent_is_refused() -> None:
     try:
         pool = torch_transport.worker_pool(job)
         assert pool is not None
-        wire = pool.pack({"tensors": {"x": torch.arange(5)}}, ("tensors",))
+        wire = pool.pack({"x": np.arange(5)})
         assert wire is not None
         torch_transport.unpack(wire)
         stale = type(wire)(**{**wire.__dict__, "serial": wire.serial - 1})  # what the slot held before
@@ -150,12 +150,12 @@ def test_a_fill_that_fails_gives_its_slot_back(monkeypatch: pytest.MonkeyPatch) 
 
         monkeypatch.setattr(torch_transport, "_fill", broken)
         with pytest.raises(MemoryError):
-            pool.pack({"tensors": {"x": torch.arange(5)}}, ("tensors",))
+            pool.pack({"x": np.arange(5)})
         assert not any(pool.flags[8 : 8 + torch_transport.MAX_SLOTS])
         pool.flags[8 : 8 + torch_transport.MAX_SLOTS] = b"\x01" * torch_transport.MAX_SLOTS  # every slot leased
         before = set(os.listdir(directory))
         with pytest.raises(MemoryError):
-            pool.pack({"tensors": {"x": torch.arange(5)}}, ("tensors",))
+            pool.pack({"x": np.arange(5)})
         assert set(os.listdir(directory)) == before
     finally:
         shm.remove_job(os.getpid(), "fill")
@@ -287,3 +287,60 @@ def test_keys_that_cannot_be_computed_in_a_worker_raise_in_the_main_process(monk
     monkeypatch.undo()
     with pytest.raises(RuntimeError, match=r"could not send a batch(.|\n)*injected: the provenance cannot be read"):
         pickle.loads(wire)
+
+
+# --- what crosses: arrays, the tensors made in the main process ---------------------------------------------------
+
+
+@pytest.mark.parametrize("layout", ["auto", {"x": "packed", "s": "csr"}, {"x": "nested", "s": "padded"}, "flat"])
+def test_a_worker_sends_arrays_and_the_main_process_makes_the_same_tensors(
+    data_file: tuple[str, Any], layout: Any
+) -> None:
+    """A loader worker makes no tensor: its batches cross as the arrays of their layouts (the message's pickle holds
+    no tensor) and the main process makes tensors equal to those of a pass without workers."""
+    path, _ = data_file
+    make = functools.partial(worker.make_source, path)
+    dataset = MinibatchDataset(make, 16, layout=layout)
+    info = type("WorkerInfo", (), {"num_workers": 1, "id": 0, "seed": 0})()
+    source = make()
+    batch = next(dataset._minibatches(0, None, info, None))
+    assert "tensors" not in batch.__dict__  # (not made in the worker)
+    token = f"arrays{os.urandom(4).hex()}"  # (a pool per job and process is kept: a new job per test)
+    job = shm.job_name(os.getpid(), token)
+    try:
+        pool = torch_transport.worker_pool(job)
+        assert pool is not None
+        wire = pool.pack(batch.__getstate__())
+        assert wire is not None and wire.arrays
+        assert b"_rebuild" not in wire.data and b"_load_from_bytes" not in wire.data  # (how torch pickles tensors)
+    finally:
+        shm.remove_job(os.getpid(), token)
+        source.close()
+        dataset.close()
+    expected = [_contents(batch) for batch in DataLoader(MinibatchDataset(make, 16, layout=layout), batch_size=None)]
+    data = DataLoader(MinibatchDataset(make, 16, layout=layout), batch_size=None, num_workers=2, timeout=HANG)
+    actual = [_contents(batch) for batch in data]
+    assert [keys for keys, _ in actual] == [keys for keys, _ in expected]
+    for (_, tensors_a), (_, tensors_e) in zip(actual, expected, strict=True):
+        assert tensors_a.keys() == tensors_e.keys()
+        for name in tensors_a:
+            np.testing.assert_array_equal(tensors_a[name], tensors_e[name])
+
+
+def _doubled(batch: Any) -> Any:
+    """A collate_fn that changes a batch's tensors in the worker."""
+    batch.tensors["x"] = batch.tensors["x"] * 2
+    return batch
+
+
+def test_tensors_a_worker_changed_arrive_as_changed(data_file: tuple[str, Any]) -> None:
+    """A batch whose tensors were made and changed in the worker (here by a collate_fn) crosses as those tensors,
+    not as the arrays it was made of."""
+    path, _ = data_file
+    make = functools.partial(worker.make_source, path)
+    expected = [_contents(batch)[1]["x"] * 2 for batch in DataLoader(MinibatchDataset(make, 16), batch_size=None)]
+    data = DataLoader(MinibatchDataset(make, 16), batch_size=None, num_workers=2, collate_fn=_doubled, timeout=HANG)
+    actual = [_contents(batch)[1]["x"] for batch in data]
+    assert len(actual) == len(expected)
+    for got, want in zip(actual, expected, strict=True):
+        np.testing.assert_array_equal(got, want)

@@ -3,20 +3,17 @@
 The public face of ``cntkio._src.integrations.torch``."""
 
 from cntkio._src.integrations.torch import (
-    LAYOUTS,
     STATE_KEY,
     BatchState,
     MinibatchDataset,
     MinibatchLoader,
-    StreamTensors,
     TorchMinibatch,
     distributed_partition,
     gather_state,
     loader,
     merge_states,
-    stream_tensors,
-    to_tensor,
 )
+from cntkio._src.integrations.torch_layouts import LAYOUTS, StreamTensors, stream_tensors, to_tensor
 
 __all__ = [
     "LAYOUTS",

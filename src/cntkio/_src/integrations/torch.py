@@ -47,11 +47,10 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
+from torch.nn.utils.rnn import PackedSequence
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from cntkio._src.api.source import MinibatchSource
-from cntkio._src.assemble import layouts
 from cntkio._src.assemble.minibatch import Minibatch, MinibatchData
 from cntkio._src.common.errors import ConfigError
 from cntkio._src.formats.error_ledger import ledgers_of
@@ -68,14 +67,16 @@ from cntkio._src.integrations.equal_steps import (
     check_rule,
 )
 from cntkio._src.integrations.shared_chunks import ChunkExchange
+from cntkio._src.integrations.torch_layouts import (
+    LAYOUTS,
+    Converter,
+    StreamArrays,
+    stream_arrays,
+    tensors_of,
+)
 from cntkio._src.integrations.workers import worker_of
 from cntkio._src.reading.checkpoint import PendingCheckpoint
 from cntkio._src.reading.chunk_cache import ParseHere
-
-# Sparse CSR batches cross from loader workers to the main process, where torch rebuilds them: say once, explicitly,
-# that their invariants are not checked (they hold by construction), and keep torch's "beta" note out of the log.
-torch.sparse.check_sparse_tensor_invariants.disable()
-warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
 
 
 class BatchState:
@@ -112,6 +113,9 @@ class BatchState:
     def __setstate__(self, state: tuple[Any, ...]) -> None:
         self.checkpoint, self.minibatch_index, self.epoch, self.plan, self.worker_base = state
         self._dict = None
+
+
+_TENSOR_FIELDS = frozenset({"tensors", "lengths", "masks", "offsets"})
 
 
 class TorchMinibatch:
@@ -151,6 +155,43 @@ class TorchMinibatch:
         self.offsets = {} if offsets is None else offsets
         self.weight = weight
 
+    @classmethod
+    def _of_arrays(
+        cls,
+        arrays: dict[str, StreamArrays],
+        lengths: dict[str, np.ndarray],
+        provenance: Any,
+        state: BatchState,
+        end_of_sweep: bool,
+        index: int,
+        weight: float = 1.0,
+        *,
+        now: bool = True,
+    ) -> TorchMinibatch:
+        """A batch of the arrays of its streams (``torch_layouts``), its tensors made now or (``now=False``: in a
+        loader worker, where the arrays are sent and the tensors made in the main process) when first asked for."""
+        batch = cls.__new__(cls)
+        batch.__dict__.update(_arrays=arrays, _array_lengths=lengths, provenance=provenance, _state=state,
+                              end_of_sweep=end_of_sweep, index=index, weight=weight)  # fmt: skip
+        if now:
+            batch._make_tensors()
+        return batch
+
+    def _make_tensors(self) -> None:
+        arrays, lengths = self.__dict__.pop("_arrays"), self.__dict__.pop("_array_lengths")
+        made = {name: tensors_of(stream) for name, stream in arrays.items()}
+        self.tensors = {name: tensors.value for name, tensors in made.items()}
+        self.lengths = {name: torch.from_numpy(array) for name, array in lengths.items()}
+        self.masks = {name: tensors.mask for name, tensors in made.items() if tensors.mask is not None}
+        self.offsets = {name: tensors.offsets for name, tensors in made.items() if tensors.offsets is not None}
+
+    def __getattr__(self, name: str) -> Any:
+        # (only for what the instance lacks: a batch of arrays not yet made tensors, see _of_arrays)
+        if name in _TENSOR_FIELDS and "_arrays" in self.__dict__:
+            self._make_tensors()
+            return self.__dict__[name]
+        raise AttributeError(f"'TorchMinibatch' object has no attribute {name!r}")
+
     @property
     def state(self) -> dict[str, Any]:
         """The checkpoint right after this batch: ``MinibatchDataset.load_state_dict(batch.state)`` on a new dataset
@@ -185,10 +226,10 @@ class TorchMinibatch:
         try:
             state = self.__getstate__()
             transport = self.__dict__.get("_transport")
-            wire = transport.pack(state, ("tensors", "lengths", "masks", "offsets")) if transport is not None else None
+            wire = transport.pack(state) if transport is not None else None
             if wire is not None:
                 return _unpacked_minibatch, (wire,)
-            return _inline_minibatch, torch_transport.inline(state)
+            return _inline_minibatch, (torch_transport.inline(state),)
         except Exception:
             return torch_transport.failed, (traceback.format_exc(),)
 
@@ -201,7 +242,7 @@ class TorchMinibatch:
 
 
 class _Bundle:
-    """Consecutive minibatches a loader worker sends as one message, their tensors in one shared-memory slot
+    """Consecutive minibatches a loader worker sends as one message, their arrays in one shared-memory slot
     (:func:`loader`, whose :class:`MinibatchLoader` hands them out one by one): the per-message cost of torch's
     queue and of the slot is paid once per bundle."""
 
@@ -217,10 +258,10 @@ class _Bundle:
         try:  # (in the worker's queue feeder thread: see TorchMinibatch.__reduce__)
             fields = {"batches": [batch.__getstate__() for batch in self.batches]}
             transport = self.batches[0].__dict__.get("_transport")
-            wire = transport.pack(fields, ("batches",)) if transport is not None else None
+            wire = transport.pack(fields) if transport is not None else None
             if wire is not None:
                 return _unpacked_bundle, (wire,)
-            return _inline_bundle, torch_transport.inline(fields)
+            return _inline_bundle, (torch_transport.inline(fields),)
         except Exception:
             return torch_transport.failed, (traceback.format_exc(),)
 
@@ -233,8 +274,8 @@ def _unpacked_bundle(wire: torch_transport.Wire) -> _Bundle:
     return _bundle_of(torch_transport.unpack(wire))
 
 
-def _inline_bundle(data: bytes, arrays: list[np.ndarray]) -> _Bundle:
-    return _bundle_of(torch_transport.from_inline(data, arrays))
+def _inline_bundle(data: bytes) -> _Bundle:
+    return _bundle_of(torch_transport.from_inline(data))
 
 
 def _marked(batch: TorchMinibatch, transport: Any, sent: tuple[Any, ...] | None, bundle: int) -> TorchMinibatch:
@@ -267,6 +308,8 @@ def _minibatch_from_state(state: dict[str, Any]) -> TorchMinibatch:
     sent = batch.__dict__.pop("_pass", None)
     if sent is not None:
         _check_pass(*sent)
+    if "_arrays" in batch.__dict__:  # (from a loader worker: the tensors are made here)
+        batch._make_tensors()
     return batch
 
 
@@ -295,8 +338,8 @@ def _unpacked_minibatch(wire: torch_transport.Wire) -> TorchMinibatch:
     return _minibatch_from_state(torch_transport.unpack(wire))
 
 
-def _inline_minibatch(data: bytes, arrays: list[np.ndarray]) -> TorchMinibatch:
-    return _minibatch_from_state(torch_transport.from_inline(data, arrays))
+def _inline_minibatch(data: bytes) -> TorchMinibatch:
+    return _minibatch_from_state(torch_transport.from_inline(data))
 
 
 def _pinned(value: Any) -> Any:
@@ -366,71 +409,6 @@ _register_collate()
 
 STATE_KEY = "cntkio"  # MinibatchDataset.state_dict(): {STATE_KEY: the state as JSON text}
 
-LAYOUTS = {
-    "auto": "dense: [batch, *shape] when every sequence has one sample, else padded; sparse: CSR — but in a "
-    "MinibatchDataset an image deserializer's label stream (one-hot, one sample per sequence) is int64 class ids "
-    "[batch], as per_sequence ('csr' keeps it CSR)",
-    "flat": "dense: every sample as a row [samples, *shape]; sparse: CSR",
-    "padded": "[batch, max_len, *shape] (sparse streams densified), with masks[name]",
-    "csr": "sparse only: a CSR tensor, one row per sample",
-    "token_ids": "one-hot sparse only: int64 ids [batch, max_len] padded with pad_id, with masks[name]",
-    "token_offsets": "one-hot sparse only: int64 ids [samples] and offsets[name] [batch] (nn.EmbeddingBag)",
-    "packed": "a PackedSequence of the padded stream (nn.RNN/LSTM/GRU)",
-    "nested": "a jagged nested tensor, one [len, *shape] component per sequence",
-    "per_sequence": "one sample per sequence: dense [batch, *shape]; one-hot sparse: int64 class ids [batch]",
-}
-
-
-@dataclass(frozen=True)
-class StreamTensors:
-    """A stream of a minibatch in one layout: the tensor (or PackedSequence) and, for padded and EmbeddingBag
-    layouts, its mask or offsets."""
-
-    value: Any
-    mask: torch.Tensor | None = None
-    offsets: torch.Tensor | None = None
-
-
-def stream_tensors(data: MinibatchData, layout: str = "auto", pad_id: int = 0) -> StreamTensors:
-    """A stream's samples in ``layout`` (one of :data:`LAYOUTS`); ``pad_id`` fills the padding of token ids.
-
-    Example::
-
-        ids = stream_tensors(minibatch["S0"], "token_ids")   # int64 [batch, max_len], ids.mask: bool
-        labels = stream_tensors(minibatch["S1"], "per_sequence").value   # int64 [batch]
-    """
-    name = data.info.name
-    if layout not in LAYOUTS:
-        raise ValueError(f"stream '{name}': unknown layout {layout!r}; one of {', '.join(LAYOUTS)}")
-    if layout in ("auto", "flat", "csr"):
-        if layout == "csr" and not data.is_sparse:
-            raise ValueError(f"stream '{name}' is dense: layout 'csr' is for sparse streams")
-        return StreamTensors(to_tensor(data, "flat" if layout == "csr" else layout))
-    if layout in ("token_ids", "token_offsets") or (layout == "per_sequence" and data.is_sparse):
-        ids = layouts.one_hot_ids(data, layout)
-        if layout == "token_offsets":
-            return StreamTensors(torch.from_numpy(ids), offsets=torch.from_numpy(data.sequence_offsets[:-1]))
-        if layout == "per_sequence":
-            return StreamTensors(torch.from_numpy(layouts.one_per_sequence(data, ids)))
-        padded = layouts.padded_ids(data, pad_id)
-        return StreamTensors(torch.from_numpy(padded), mask=torch.from_numpy(layouts.mask(data)))
-    if layout == "per_sequence":
-        return StreamTensors(torch.from_numpy(layouts.one_per_sequence(data, data.values)))
-    if layout == "nested":
-        parts = data.as_sequences() if not data.is_sparse else list(data.asarray())
-        lengths = data.sequence_lengths.tolist()
-        tensors = [torch.from_numpy(np.ascontiguousarray(p[:n])) for p, n in zip(parts, lengths, strict=True)]
-        return StreamTensors(torch.nested.as_nested_tensor(tensors, layout=torch.jagged))
-    padded_tensor = torch.from_numpy(data.asarray())
-    if layout == "packed":
-        lengths_tensor = torch.from_numpy(data.sequence_lengths.astype(np.int64))
-        if not len(lengths_tensor) or int(lengths_tensor.min()) < 1:
-            raise ValueError(f"stream '{name}': layout 'packed' needs every sequence to have a sample")
-        packed = pack_padded_sequence(padded_tensor, lengths_tensor, batch_first=True, enforce_sorted=False)
-        return StreamTensors(packed)
-    return StreamTensors(padded_tensor, mask=torch.from_numpy(layouts.mask(data)))
-
-
 def _fresh_thread_state() -> Any:
     """What batches made on the training thread are made in (see Ahead): torch's state of a fresh thread, so that
     a batch is the same whichever thread made it (inference mode off; devices are explicit where they matter)."""
@@ -445,29 +423,6 @@ def _reusable(source: MinibatchSource) -> bool:
     return not any(ledger.count for ledger, _ in ledgers_of(source.deserializers))
 
 
-class _Converter:
-    """Makes a minibatch's tensors in the layout chosen for each stream (decided once per pass): (tensors, masks,
-    offsets) by stream name."""
-
-    def __init__(self, chosen: Mapping[str, str], pad_id: int):
-        self.chosen = dict(chosen)
-        self.pad_id = pad_id
-        self.auto = all(layout == "auto" for layout in self.chosen.values())
-
-    def __call__(self, minibatch: Minibatch) -> tuple[dict[str, Any], dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-        if self.auto:  # (the common case: no layout asked for)
-            return {info.name: to_tensor(data) for info, data in minibatch.items()}, {}, {}
-        tensors, masks, offsets = {}, {}, {}
-        for info, data in minibatch.items():
-            converted = stream_tensors(data, self.chosen[info.name], self.pad_id)
-            tensors[info.name] = converted.value
-            if converted.mask is not None:
-                masks[info.name] = converted.mask
-            if converted.offsets is not None:
-                offsets[info.name] = converted.offsets
-        return tensors, masks, offsets
-
-
 def class_id_streams(source: MinibatchSource) -> set[str]:
     """The streams of ``source`` that :class:`MinibatchDataset` gives as class ids under ``"auto"``: the label streams
     of image deserializers (one-hot by construction, one sample per sequence)."""
@@ -477,37 +432,6 @@ def class_id_streams(source: MinibatchSource) -> set[str]:
         if parts and all(isinstance(part, ImageDeserializerBase) for part in parts):
             names.update(info.name for info in deserializer.stream_infos() if info.is_sparse)
     return names
-
-
-def to_tensor(data: MinibatchData, layout: str = "auto") -> torch.Tensor:
-    """A stream's samples as a tensor: CSR rows for sparse streams, else flat or padded (see layout)."""
-    if data.is_sparse:
-        return _csr(data)
-    flat = layout == "flat" or (layout == "auto" and len(data.values) == len(data.sequence_lengths))
-    return torch.from_numpy(data.values if flat else data.asarray())
-
-
-_INT32_LIMIT = 2**31 - 1
-
-
-def _csr(data: MinibatchData) -> torch.Tensor:
-    """A sparse stream's CSR tensor over the minibatch's own arrays: the column indices as they are (int32), the row
-    offsets narrowed to int32 (one per sample: a small copy) — or both int64 past 2**31 entries."""
-    indptr, indices = data.indptr, data.indices
-    assert indptr is not None and indices is not None
-    if len(indices) <= _INT32_LIMIT and indices.dtype == np.int32:
-        crow = torch.from_numpy(indptr.astype(np.int32))
-        col = torch.from_numpy(indices)
-    else:
-        crow, col = torch.from_numpy(indptr.astype(np.int64, copy=False)), torch.from_numpy(indices.astype(np.int64))
-    return torch.sparse_csr_tensor(
-        crow,
-        col,
-        torch.from_numpy(data.values),
-        size=(len(indptr) - 1, *data.info.shape),  # (the CSR rows: a stream declared (1, dim) is dim wide)
-        device="cpu",  # (not the calling thread's default device: batches are made on either thread, see Ahead)
-        check_invariants=False,  # the reader's CSR is valid by construction
-    )
 
 
 def distributed_partition() -> tuple[int, int]:
@@ -822,7 +746,7 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
         self._live.add(source)
         exchange = self._exchange(source, epoch, worker_id, workers)
         chosen = self._layouts(source)
-        convert = _Converter(chosen, self.pad_id)
+        convert = Converter(chosen, self.pad_id)
         bundle = self._bundle_size(source, partitions) if worker is not None else 1
         index = base = 0
         try:
@@ -846,8 +770,8 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
                     stream.pad()
                     index += 1
                     if mine:
-                        yield _marked(self._padding(source, stream, epoch, index, base, chosen), transport, sent,
-                                      bundle)  # fmt: skip
+                        padding = self._padding(source, stream, epoch, index, base, chosen, worker is None)
+                        yield _marked(padding, transport, sent, bundle)
                     continue
                 if not mine:
                     if stream is not None:
@@ -864,16 +788,14 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
                 if not isinstance(minibatch, Minibatch):
                     return
                 index += 1
-                tensors, masks, offsets = convert(minibatch)
-                batch = TorchMinibatch(
-                    tensors,
-                    {info.name: torch.from_numpy(data.sequence_lengths) for info, data in minibatch.items()},
+                batch = TorchMinibatch._of_arrays(
+                    convert(minibatch),
+                    {info.name: data.sequence_lengths for info, data in minibatch.items()},
                     minibatch.provenance,
                     self._state(source, stream, epoch, index, base),
                     any(data.end_of_sweep for data in minibatch.values()),
                     index - 1,
-                    masks,
-                    offsets,
+                    now=worker is None,
                 )
                 _marked(batch, transport, sent, bundle)
                 del minibatch  # only the caller holds the batch: once it lets go, the next read reuses its memory
@@ -961,11 +883,18 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
         return BatchState(source.pending_checkpoint(), index, epoch, None if stream is None else stream.plan, base)
 
     def _padding(
-        self, source: MinibatchSource, stream: RankStream, epoch: int, index: int, base: int, chosen: dict[str, str]
+        self,
+        source: MinibatchSource,
+        stream: RankStream,
+        epoch: int,
+        index: int,
+        base: int,
+        chosen: dict[str, str],
+        now: bool,
     ) -> TorchMinibatch:
         """An empty batch of weight 0: this rank's step while the others still read data (rule "pad"). Layouts that
         cannot be empty (``packed``, ``nested``) get one sequence of one zero sample (still no keys, weight 0)."""
-        streams, lengths = {}, {}
+        arrays, lengths = {}, {}
         for info in source.stream_infos():
             layout = chosen[info.name]
             count = 1 if layout in ("packed", "nested") else 0
@@ -978,18 +907,11 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
                 indices=np.zeros(0, dtype=np.int32) if sparse else None,
                 indptr=np.zeros(1 + count, dtype=np.int64) if sparse else None,
             )
-            streams[info.name] = stream_tensors(empty, layout, self.pad_id)
-            lengths[info.name] = torch.from_numpy(empty.sequence_lengths)
-        return TorchMinibatch(
-            tensors={name: tensors.value for name, tensors in streams.items()},
-            lengths=lengths,
-            masks={name: tensors.mask for name, tensors in streams.items() if tensors.mask is not None},
-            offsets={name: tensors.offsets for name, tensors in streams.items() if tensors.offsets is not None},
-            provenance=_Keys((), np.zeros(0, dtype=np.uint8), np.zeros(0, dtype=np.int64)),
-            state=self._state(source, stream, epoch, index, base),
-            index=index - 1,
-            weight=0.0,
-        )
+            arrays[info.name] = stream_arrays(empty, layout, self.pad_id)
+            lengths[info.name] = empty.sequence_lengths
+        keys = _Keys((), np.zeros(0, dtype=np.uint8), np.zeros(0, dtype=np.int64))
+        state = self._state(source, stream, epoch, index, base)
+        return TorchMinibatch._of_arrays(arrays, lengths, keys, state, False, index - 1, 0.0, now=now)
 
     def _exchange(self, source: MinibatchSource, epoch: int, worker: int, workers: int) -> ChunkExchange | None:
         """Loader workers share the chunks they parse (each chunk parsed once per epoch by one of them)."""

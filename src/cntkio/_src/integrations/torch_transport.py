@@ -2,22 +2,23 @@
 
 torch's own transfer gives every tensor of every batch a new shared-memory file: created and filled by the worker,
 passed as a file descriptor over a socket, mapped by the main process, every page faulted in by both — about as
-long as reading the minibatch. Here each worker keeps a few slot files (:class:`SlotPool`); a batch's tensors are
-copied into a free slot and only their places cross the queue (:class:`Wire`); the main process maps each slot
-file once, removes its name, and builds the tensors over it without a copy. A slot is reused once every tensor of
-its batch, views included, is gone in the main process.
+long as reading the minibatch. Here no tensor crosses: a worker sends a batch's NumPy arrays (``torch_layouts``),
+and the main process makes the tensors over them. Each worker keeps a few slot files (:class:`SlotPool`); a
+message's arrays are copied into a free slot and only a pickle of the rest, naming each array by its place in the
+slot, crosses the queue (:class:`Wire`); the main process maps each slot file once, removes its name, and unpickles
+with arrays over the slot, without a copy. A slot is reused once every array of its message, views and tensors over
+them included, is gone in the main process.
 
-A batch that finds every slot in use (a training loop keeping batches) gets a slot of its own, freed with its
-tensors. One that gets no slot (``/dev/shm`` full) travels inline, in the pickle through the queue's pipe
-(:func:`inline`): never torch's way, whose shared-memory files torch's queue feeder thread makes where an error
-reaches no one, and the batch would be lost (the loader then waits forever). Whatever else goes wrong while a worker
-sends a batch is raised in the main process (:func:`failed`).
+A message that finds every slot in use (a training loop keeping batches) gets a slot of its own, freed with its
+arrays. One that gets no slot (``/dev/shm`` full) travels inline, pickled whole (:func:`inline`): never torch's way,
+whose shared-memory files torch's queue feeder thread makes where an error reaches no one, and the batch would be
+lost (the loader then waits forever). Whatever else goes wrong while a worker sends a batch is raised in the main
+process (:func:`failed`).
 
 The slots of a worker live in the job's private directory (:func:`cntkio._src.integrations.shm.job_directory`) under a
-name no other
-pool has — the worker's PID and a random nonce, so that a later worker with a reused PID makes its own — and each
-slot starts with a header (the pool's nonce, the slot, its generation and the serial number of the batch in it) that
-the main process checks against the :class:`Wire` before it trusts the slot.
+name no other pool has — the worker's PID and a random nonce, so that a later worker with a reused PID makes its
+own — and each slot starts with a header (the pool's nonce, the slot, its generation and the serial number of the
+message in it) that the main process checks against the :class:`Wire` before it trusts the slot.
 """
 
 from __future__ import annotations
@@ -25,18 +26,15 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import io
-import math
 import mmap
 import os
 import pickle
 import secrets
 import threading
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
-import torch
-from torch.nn.utils.rnn import PackedSequence
 
 from cntkio._src.integrations import shm
 
@@ -46,30 +44,11 @@ MIN_SLOT_BYTES = 1 << 20
 HEADER = np.dtype([("owner", "<u8"), ("slot", "<u8"), ("generation", "<u8"), ("serial", "<u8")])  # (a slot's first)
 
 
-class _Ref(NamedTuple):
-    """A tensor in a slot, stored contiguous (tuples: made and pickled cheaply, several per batch)."""
-
-    offset: int
-    dtype: str
-    shape: tuple[int, ...]
-
-
-class _CSRRef(NamedTuple):
-    crow: _Ref
-    col: _Ref
-    values: _Ref
-    size: tuple[int, ...]
-
-
-class _PackedRef(NamedTuple):
-    parts: tuple[Any, ...]  # PackedSequence's fields: refs, or None
-
-
 @dataclass(frozen=True)
 class Wire:
-    """What crosses the worker's queue for one batch: the slot holding its tensors (``pool``'s slot ``slot`` of
-    generation ``generation``, holding batch ``serial`` of the pool whose nonce is ``owner``), the fields holding
-    tensors (with refs to the slot in their place) and the other fields."""
+    """What crosses the worker's queue for one message: the slot holding its arrays (``pool``'s slot ``slot`` of
+    generation ``generation``, holding message ``serial`` of the pool whose nonce is ``owner``), the pickle of the
+    message (``data``) and the place of each array it names (``arrays``: offset in the slot, dtype, shape)."""
 
     pool: str
     worker: int
@@ -77,8 +56,41 @@ class Wire:
     slot: int
     generation: int
     serial: int
-    fields: dict[str, Any]
-    refs: dict[str, Any]
+    data: bytes
+    arrays: tuple[tuple[int, str, tuple[int, ...]], ...]
+
+
+class _ArrayPickler(pickle.Pickler):
+    """A plain pickler (not torch's, whose tensors go to shared memory) that leaves out NumPy arrays of plain dtypes,
+    naming them by their place in ``arrays`` (a call of :func:`_slot_array`); anything else is pickled whole."""
+
+    def __init__(self, file: io.BytesIO):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.arrays: list[np.ndarray] = []
+
+    def reducer_override(self, obj: Any) -> Any:  # (not called for plain ints, strs, dicts, lists, tuples, ...)
+        if type(obj) is not np.ndarray or obj.dtype.hasobject:
+            return NotImplemented
+        self.arrays.append(obj)
+        return _slot_array, (len(self.arrays) - 1,)
+
+
+def _slot_array(index: int) -> np.ndarray:
+    """What :class:`_ArrayPickler` names an array by; :class:`_ArrayUnpickler` calls its own in its place."""
+    raise RuntimeError(f"array {index} of a DataLoader worker's message, unpickled without its slot")
+
+
+class _ArrayUnpickler(pickle.Unpickler):
+    """Reads what :class:`_ArrayPickler` wrote, the arrays it named taken from ``arrays``."""
+
+    def __init__(self, file: io.BytesIO, arrays: list[np.ndarray]):
+        super().__init__(file)
+        self.arrays = arrays
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == __name__ and name == "_slot_array":
+            return self.arrays.__getitem__
+        return super().find_class(module, name)
 
 
 class SlotPool:
@@ -96,23 +108,28 @@ class SlotPool:
         self.serial = 0
         self.lock = threading.Lock()
 
-    def pack(self, fields: dict[str, Any], tensor_fields: tuple[str, ...]) -> Wire | None:
-        """The fields with the tensors of ``tensor_fields`` (tensors, or dicts of them) copied into a free slot —
-        all in use, into a slot of their own (:data:`MAX_SLOTS`, its generation the batch's serial number) that the
-        main process frees with them — or None (``/dev/shm`` full, or nothing to copy)."""
-        tensors: list[tuple[int, np.ndarray]] = []  # (offset in the slot, array)
-        end = [ALIGN]  # (the header first)
-        refs = {name: _to_refs(fields[name], tensors, end) for name in tensor_fields}
-        if not tensors:
+    def pack(self, message: Any) -> Wire | None:
+        """``message`` pickled, its arrays copied into a free slot — all in use, into a slot of their own
+        (:data:`MAX_SLOTS`, its generation the message's serial number) that the main process frees with them — or
+        None (``/dev/shm`` full, or no array to copy)."""
+        file = io.BytesIO()
+        pickler = _ArrayPickler(file)
+        pickler.dump(message)
+        if not pickler.arrays:
             return None
+        arrays = [array if array.flags.c_contiguous else np.ascontiguousarray(array) for array in pickler.arrays]
+        places, end = [], ALIGN  # (the header first)
+        for array in arrays:
+            places.append((end, array.dtype.str, array.shape))
+            end = _align(end + array.nbytes)
         with self.lock:
             self.serial += 1
-            taken = self._acquire(end[0])
+            taken = self._acquire(end)
             if taken is None:
                 return None
             slot, generation, mapping = taken
             try:
-                _fill(mapping, (self.owner, slot, generation, self.serial), tensors)
+                _fill(mapping, (self.owner, slot, generation, self.serial), places, arrays)
             except BaseException:  # the slot goes back (a one-off slot's file goes), then the caller reports it
                 if slot == MAX_SLOTS:
                     mapping.close()
@@ -122,8 +139,7 @@ class SlotPool:
                 raise
             if slot == MAX_SLOTS:
                 mapping.close()  # (the main process maps it)
-        others = {name: value for name, value in fields.items() if name not in refs}
-        return Wire(self.name, os.getpid(), self.owner, slot, generation, self.serial, others, refs)
+        return Wire(self.name, os.getpid(), self.owner, slot, generation, self.serial, file.getvalue(), tuple(places))
 
     def _acquire(self, size: int) -> tuple[int, int, mmap.mmap] | None:
         """A free slot of at least ``size`` bytes (the smallest; else a free one made larger; else one for this
@@ -156,41 +172,20 @@ class SlotPool:
         return len(mapping) if mapping is not None else 0
 
 
-def _fill(mapping: mmap.mmap, header: tuple[int, int, int, int], tensors: list[tuple[int, np.ndarray]]) -> None:
+def _fill(
+    mapping: mmap.mmap,
+    header: tuple[int, int, int, int],
+    places: list[tuple[int, str, tuple[int, ...]]],
+    arrays: list[np.ndarray],
+) -> None:
     np.ndarray(1, HEADER, buffer=mapping)[0] = header
-    for offset, array in tensors:
+    for (offset, _, _), array in zip(places, arrays, strict=True):
         if array.nbytes:
-            np.copyto(np.ndarray(array.shape, array.dtype, buffer=mapping, offset=offset), array)
+            mapping[offset : offset + array.nbytes] = array.data  # (contiguous: its bytes, in one copy)
 
 
 def _align(offset: int) -> int:
     return -(-offset // ALIGN) * ALIGN
-
-
-def _to_refs(value: Any, tensors: list[tuple[int, np.ndarray]], offset: list[int]) -> Any:
-    """``value`` with its CPU tensors replaced by refs to where they go in a slot (appended to ``tensors``)."""
-    if isinstance(value, dict):
-        return {key: _to_refs(item, tensors, offset) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_to_refs(item, tensors, offset) for item in value]
-    if isinstance(value, PackedSequence):
-        return _PackedRef(tuple(_to_refs(part, tensors, offset) for part in value))
-    if not isinstance(value, torch.Tensor) or value.device.type != "cpu" or value.is_nested:
-        return value
-    if value.layout == torch.sparse_csr:
-        parts = (value.crow_indices(), value.col_indices(), value.values())
-        crow, col, values = (_to_refs(part, tensors, offset) for part in parts)
-        return _CSRRef(crow, col, values, tuple(value.shape))
-    if value.layout != torch.strided or value.requires_grad:
-        return value
-    try:
-        array = value.numpy()  # (strided as it may be: the copy into the slot makes it contiguous)
-    except TypeError:  # a dtype NumPy lacks
-        return value
-    ref = _Ref(offset[0], array.dtype.str, array.shape)
-    tensors.append((offset[0], array))
-    offset[0] = _align(offset[0] + array.nbytes)
-    return ref
 
 
 class _Lease:
@@ -257,77 +252,24 @@ class _Receiver:
 _RECEIVER = _Receiver()
 
 
-def unpack(wire: Wire) -> dict[str, Any]:
-    """The fields of a batch a worker packed, its tensors over the slot (the slot is freed when they are gone)."""
+def unpack(wire: Wire) -> Any:
+    """The message a worker packed, its arrays over the slot (the slot is freed when they are gone)."""
     mapping, flags = _RECEIVER.slot(wire)
     buffer = (ctypes.c_char * len(mapping)).from_buffer(mapping)
     if flags is not None:
         buffer.lease = _Lease(flags, wire.slot)  # type: ignore[attr-defined]
-    return {**wire.fields, **{name: _from_refs(value, buffer) for name, value in wire.refs.items()}}
+    memory = memoryview(buffer).cast("B")  # (the arrays hold it, it holds the buffer, the buffer the lease)
+    arrays = [np.ndarray(shape, dtype, memory, offset) for offset, dtype, shape in wire.arrays]
+    return _ArrayUnpickler(io.BytesIO(wire.data), arrays).load()
 
 
-def _from_refs(value: Any, buffer: Any) -> Any:
-    if isinstance(value, dict):
-        return {key: _from_refs(item, buffer) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_from_refs(item, buffer) for item in value]
-    if isinstance(value, _Ref):
-        count = math.prod(value.shape)
-        array = np.frombuffer(buffer, value.dtype, count, value.offset).reshape(value.shape)
-        return torch.from_numpy(array)
-    if isinstance(value, _CSRRef):
-        parts = (_from_refs(value.crow, buffer), _from_refs(value.col, buffer), _from_refs(value.values, buffer))
-        # (the beta warning: torch.py; the device explicit: not the receiving thread's default device)
-        return torch.sparse_csr_tensor(*parts, size=value.size, device="cpu", check_invariants=False)
-    if isinstance(value, _PackedRef):
-        return PackedSequence(*(_from_refs(part, buffer) for part in value.parts))
-    return value
+def inline(message: Any) -> bytes:
+    """``message`` pickled whole, for the queue's pipe: nothing goes to shared memory (see the module's notes)."""
+    return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def inline(fields: dict[str, Any]) -> tuple[bytes, list[np.ndarray]]:
-    """The fields as a pickle and the arrays of their tensors (which it names), for the queue's pipe: nothing goes
-    to shared memory."""
-    buffer = io.BytesIO()
-    pickler = _InlinePickler(buffer)
-    pickler.dump(fields)
-    return buffer.getvalue(), pickler.arrays
-
-
-def from_inline(data: bytes, arrays: list[np.ndarray]) -> dict[str, Any]:
-    fields: dict[str, Any] = _InlineUnpickler(io.BytesIO(data), arrays).load()
-    return fields
-
-
-class _InlineUnpickler(pickle.Unpickler):
-    """Reads what :class:`_InlinePickler` wrote, the tensors it named taken from ``arrays`` (a subclass: Python 3.13's
-    unpickler no longer lets an instance's ``persistent_load`` be assigned)."""
-
-    def __init__(self, file: io.BytesIO, arrays: list[np.ndarray]):
-        super().__init__(file)
-        self.arrays = arrays
-
-    def persistent_load(self, pid: Any) -> torch.Tensor:
-        return torch.from_numpy(self.arrays[int(pid)])
-
-
-class _InlinePickler(pickle.Pickler):
-    """A plain pickler (not torch's, whose tensors go to shared memory) that leaves out the tensors NumPy holds,
-    naming them by their place in ``arrays``; the others are pickled the plain way, their bytes included."""
-
-    def __init__(self, file: io.BytesIO):
-        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self.arrays: list[np.ndarray] = []
-
-    def persistent_id(self, obj: Any) -> int | None:
-        if not isinstance(obj, torch.Tensor) or obj.layout != torch.strided or obj.device.type != "cpu":
-            return None
-        if obj.requires_grad or obj.is_nested:
-            return None
-        try:
-            self.arrays.append(obj.numpy())
-        except TypeError:  # a dtype NumPy lacks
-            return None
-        return len(self.arrays) - 1
+def from_inline(data: bytes) -> Any:
+    return pickle.loads(data)
 
 
 def failed(report: str) -> None:
