@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import multiprocessing
 import os
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -108,6 +109,22 @@ def test_a_pass_left_early_and_passes_with_one_seed(path: str, epochs: dict[int,
     assert check_pass(list(DataLoader(dataset, batch_size=None, num_workers=2)), epochs) == 2
 
 
+def _worker_1_late(worker_id: int) -> None:
+    if worker_id == 1:
+        time.sleep(2.0)  # (it begins its iteration after this)
+
+
+def test_a_worker_that_begins_after_its_pass_was_left(path: str, epochs: dict[int, list[list[int]]]) -> None:
+    """A pass left after one batch while its worker 1 had not begun yet: that worker begins after worker 0 is gone,
+    reads its pass's epoch, and the next pass with the same seed the next epoch (before: worker 1 took a new epoch,
+    so the next pass read epoch 2 — one skipped)."""
+    dataset = dataset_of(path)
+    torch.manual_seed(0)
+    next(iter(DataLoader(dataset, batch_size=None, num_workers=2, worker_init_fn=_worker_1_late)))
+    torch.manual_seed(0)
+    assert check_pass(list(DataLoader(dataset, batch_size=None, num_workers=2)), epochs) == 1
+
+
 def test_spawned_persistent_workers(path: str, epochs: dict[int, list[list[int]]]) -> None:
     dataset = dataset_of(path)
     data = DataLoader(dataset, batch_size=None, num_workers=2, persistent_workers=True,
@@ -138,11 +155,12 @@ class _Pass:
     seed: int
     group: int  # the persistent workers it runs on (>= 0), or new workers (-1)
     number: int  # passes of its persistent workers before it
+    identity: int  # what multiprocessing numbered its first worker process (each group's, or the pass's own)
     left: list[int] = field(default_factory=list)  # its workers yet to begin
 
     @property
-    def key(self) -> tuple[int, int, int]:
-        return self.workers, self.seed, self.number
+    def key(self) -> tuple[int, int, int, int]:
+        return self.workers, self.seed, self.number, self.identity
 
 
 @settings(max_examples=80, deadline=None)
@@ -160,7 +178,8 @@ def test_workers_of_each_pass_agree_in_any_arrival_order(data: st.DataObject) ->
         workers = groups.setdefault(group, max(drawn, 1)) if group >= 0 else drawn
         number = sum(1 for p in passes if p.group == group) if group >= 0 else 0
         seed = data.draw(st.sampled_from([3, 4]))
-        passes.append(_Pass(workers, seed, group, number, list(range(max(workers, 1)))))
+        identity = 1000 + group if group >= 0 else len(passes)
+        passes.append(_Pass(workers, seed, group, number, identity, list(range(max(workers, 1)))))
     table: dict[str, Any] = {"next": 0, "open": []}
     read: dict[int, set[int]] = {}
     began: list[int] = []
@@ -169,7 +188,7 @@ def test_workers_of_each_pass_agree_in_any_arrival_order(data: st.DataObject) ->
         i, w = data.draw(st.sampled_from(allowed))
         this = passes[i]
         this.left.remove(w)
-        worker = _WorkerPass(this.workers, w, this.seed, this.number) if this.workers else None
+        worker = _WorkerPass(this.workers, w, this.seed, this.number, this.identity) if this.workers else None
         read.setdefault(i, set()).add(_begin_pass(table, worker))
         if i not in began:
             began.append(i)
@@ -193,7 +212,7 @@ def _may_begin(passes: list[_Pass], i: int, worker: int) -> bool:
 def test_ambiguous_passes_raise() -> None:
     """Two passes that run at once with the same seed and workers: a worker that could join either raises."""
     table: dict[str, Any] = {"next": 0, "open": []}
-    assert _begin_pass(table, _WorkerPass(2, 0, 7, 0)) == 0  # pass A, worker 0
+    assert _begin_pass(table, _WorkerPass(2, 0, 7, 0)) == 0  # pass A, worker 0 (no group)
     assert _begin_pass(table, _WorkerPass(2, 0, 7, 0)) == 1  # pass B, worker 0 (A's worker 0 has begun)
     with pytest.raises(RuntimeError, match="cannot tell which pass is theirs"):
         _begin_pass(table, _WorkerPass(2, 1, 7, 0))
@@ -207,11 +226,31 @@ def _pid_of_a_finished_process() -> int:
     return process.pid
 
 
-def test_a_pass_whose_workers_are_gone_is_forgotten() -> None:
+def test_a_worker_that_begins_after_the_others_of_its_pass_are_gone_joins_its_pass() -> None:
+    """A pass abandoned early: its worker 0 began and is gone, its worker 1 begins late — it reads the pass's epoch,
+    and the next pass (same seed, other worker processes) the next epoch (before: worker 1 dropped the record as
+    abandoned and took epoch 3, so the next pass read 4 — an epoch skipped)."""
     gone = _pid_of_a_finished_process()
-    table: dict[str, Any] = {"next": 3, "open": [{"key": [2, 7, 0], "epoch": 2, "joined": {"0": gone}}]}
-    assert _begin_pass(table, _WorkerPass(2, 1, 7, 0)) == 3  # not the abandoned pass's epoch 2
-    assert [record["epoch"] for record in table["open"]] == [3]
+    table: dict[str, Any] = {"next": 3, "open": [{"key": [2, 7, 0, 5], "epoch": 2, "joined": {"0": gone}}]}
+    assert _begin_pass(table, _WorkerPass(2, 1, 7, 0, 5)) == 2
+    assert table["open"] == []
+    assert _begin_pass(table, _WorkerPass(2, 0, 7, 0, 7)) == 3
+
+
+def test_a_pass_whose_workers_are_gone_is_told_apart_from_a_new_one() -> None:
+    """Workers without a group (no multiprocessing number): a record whose workers are all gone is not a new pass's
+    with the same seed."""
+    gone = _pid_of_a_finished_process()
+    table: dict[str, Any] = {"next": 3, "open": [{"key": [2, 7, 0, -1], "epoch": 2, "joined": {"0": gone}}]}
+    assert _begin_pass(table, _WorkerPass(2, 0, 7, 0)) == 3  # the new pass's worker 0
+    assert _begin_pass(table, _WorkerPass(2, 1, 7, 0)) == 3  # its worker 1: not the abandoned pass's epoch 2
+
+
+def test_the_table_keeps_the_latest_open_passes() -> None:
+    table: dict[str, Any] = {"next": 0, "open": []}
+    for seed in range(torch_integration.KEPT_PASSES + 10):  # passes abandoned after their worker 0 began
+        _begin_pass(table, _WorkerPass(2, 0, seed, 0, seed))
+    assert [record["epoch"] for record in table["open"]] == list(range(10, torch_integration.KEPT_PASSES + 10))
 
 
 def test_a_pickled_copy_counts_its_own_passes(path: str) -> None:

@@ -313,13 +313,13 @@ def _minibatch_from_state(state: dict[str, Any]) -> TorchMinibatch:
     return batch
 
 
-_EPOCHS_SEEN: dict[tuple[str, int, int, int], tuple[int, int]] = {}  # a pass -> (its epoch, a worker that read it)
+_EPOCHS_SEEN: dict[tuple[str, int, int, int, int], tuple[int, int]] = {}  # a pass -> (its epoch, a worker that read it)
 
 
-def _check_pass(job: str, workers: int, base_seed: int, number: int, epoch: int, pid: int) -> None:
+def _check_pass(job: str, workers: int, base_seed: int, number: int, group: int, epoch: int, pid: int) -> None:
     """Raises when a batch of a loader pass read another epoch than a batch of the same pass from another worker
     still running (the workers of a pass disagree; see _Passes). In the main process."""
-    key = (job, workers, base_seed, number)
+    key = (job, workers, base_seed, number, group)
     seen = _EPOCHS_SEEN.get(key)
     if seen is not None and seen[0] == epoch:
         return
@@ -471,22 +471,27 @@ BUNDLE_BYTES = 4 << 20  # ... and at most about this many bytes of them
 SPARSE_GUESS = 32  # entries per sample of a sparse stream, guessed to size bundles
 
 PASS_TABLE_BYTES = 1 << 16  # the open passes of one dataset, as JSON in shared memory
+KEPT_PASSES = 64  # open passes kept in it: the oldest are long abandoned
 
 
 @dataclass(frozen=True)
 class _WorkerPass:
     """What tells the loader workers of one ``DataLoader`` pass from those of any other: their number, the pass's base
-    seed (``worker_info.seed - worker_info.id``, drawn once per loader iterator) and how many passes this worker
-    process began before (persistent workers begin one per pass, new ones their first)."""
+    seed (``worker_info.seed - worker_info.id``, drawn once per loader iterator), how many passes this worker process
+    began before (persistent workers begin one per pass, new ones their first) and the worker processes' group: the
+    number ``multiprocessing`` gave the pass's first worker process when the loader iterator made them (each
+    worker's own number less its worker id; -1 where a worker has none) — so that passes with the same seed, as
+    after ``torch.manual_seed`` before each, are told apart too."""
 
     workers: int
     worker: int
     base_seed: int
     number: int
+    group: int = -1
 
     @property
     def key(self) -> list[int]:
-        return [self.workers, self.base_seed, self.number]
+        return [self.workers, self.base_seed, self.number, self.group]
 
 
 class _Passes:
@@ -495,9 +500,10 @@ class _Passes:
 
     A pass in the process that iterates (no loader workers) takes the next epoch. Of the workers of a ``DataLoader``
     pass, each of which begins an iteration once, the first to begin takes the next epoch and opens a record of the
-    pass; the others read the epoch there (:class:`_WorkerPass` tells passes apart). A record is dropped once every
-    worker of its pass has read it, or once they are all gone (a pass abandoned early). Workers that cannot tell two
-    open passes apart raise rather than guess. Kept in shared memory (inherited by worker processes, persistent ones
+    pass; the others read the epoch there (:class:`_WorkerPass` tells passes apart) — also a worker that begins late,
+    after the others of its pass are gone (a pass abandoned early). A record is dropped once every worker of its pass
+    has read it, or when :data:`KEPT_PASSES` later ones are open. Workers that cannot tell two open passes apart
+    raise rather than guess. Kept in shared memory (inherited by worker processes, persistent ones
     included); a plain table where shared memory is not available or once pickled outside a spawn."""
 
     def __init__(self) -> None:
@@ -550,8 +556,9 @@ def _begin_pass(table: dict[str, Any], worker: _WorkerPass | None) -> int:
         epoch = int(table["next"])
         table["next"] = epoch + 1
         return epoch
-    table["open"] = [p for p in table["open"] if any(shm.alive(pid) for pid in p["joined"].values())]
     same = [p for p in table["open"] if p["key"] == worker.key and str(worker.worker) not in p["joined"]]
+    if len(same) > 1:  # (passes without a group: one whose workers are all gone was abandoned, not this one's)
+        same = [p for p in same if any(shm.alive(pid) for pid in p["joined"].values())]
     if len(same) > 1:
         raise RuntimeError(
             f"DataLoader worker {worker.worker}: {len(same)} passes over this dataset with {worker.workers} workers "
@@ -565,6 +572,7 @@ def _begin_pass(table: dict[str, Any], worker: _WorkerPass | None) -> int:
         record = {"key": worker.key, "epoch": int(table["next"]), "joined": {}}
         table["next"] = record["epoch"] + 1
         table["open"].append(record)
+        del table["open"][:-KEPT_PASSES]
     record["joined"][str(worker.worker)] = os.getpid()
     if len(record["joined"]) == worker.workers:
         table["open"].remove(record)
@@ -727,7 +735,9 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
         pid, begun = self._begun_here
         number = begun if pid == os.getpid() else 0
         self._begun_here = (os.getpid(), number + 1)
-        return _WorkerPass(worker.num_workers, worker.id, worker.seed - worker.id, number)
+        identity = multiprocessing.current_process()._identity
+        group = identity[-1] - worker.id if identity else -1
+        return _WorkerPass(worker.num_workers, worker.id, worker.seed - worker.id, number, group)
 
     def _minibatches(
         self, epoch: int, resume: dict[str, Any] | None, worker: Any, sent: tuple[Any, ...] | None
