@@ -165,6 +165,27 @@ def test_ahead_keeps_the_faster_way_of_making_items_and_tries_the_other_now_and_
     assert probes >= len(settled) // (module.REPROBE_ITEMS + 2 * module.PROBE_ITEMS + 8)  # (one every ~550 items)
 
 
+def test_one_long_wait_in_a_timing_does_not_decide_the_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chunk waited for once while the thread's way is timed (as at a pass start) is not the thread's doing: the
+    thread's way stays, a little faster per item (before: the timing's mean chose the consumer's way for 512 items,
+    a whole pass of exposed reads)."""
+    from cntkio._src.integrations import ahead as module
+
+    clock = _Clock(1.0, 1.05)
+    monkeypatch.setattr(module, "_clock", clock)
+    ahead = clock.ahead = Ahead(iter(range(10**6)), 2)
+    ways = []
+    for expected in range(300):
+        clock.tick()
+        if expected == module._WARM_ITEMS + 3:  # (in the first timing: the thread's)
+            clock.now += 100.0
+        assert next(ahead) == expected
+        ways.append(ahead.threaded)
+    ahead.close()
+    settled = ways[2 * (module._WARM_ITEMS + module.PROBE_ITEMS) + 2 :]
+    assert all(settled)
+
+
 def _items(count: int, cost: float = 0.0, fail: bool = False, closed: threading.Event | None = None) -> Any:
     try:
         for k in range(count):

@@ -13,15 +13,16 @@ Whether the thread helps depends on the consumer: a step that releases the GIL (
 making of the next item; a loop with no step, or one whose work holds the GIL, gains nothing and pays a thread
 hand-off per item. So :class:`Ahead` measures: it times the items it hands over (the consumer's whole cycle, its
 own work included) with the thread making them and with the consumer making them itself (in the same order), keeps
-the faster way (the thread's unless the consumer's is clearly faster: :data:`INLINE_MARGIN`) and tries the other
-again now and then (:data:`PROBE_ITEMS`, :data:`REPROBE_ITEMS`). Whoever makes an item holds the turn lock until it
-is queued, so items are made one at a time and handed over in order.
+the faster way by the median cycle (the thread's unless the consumer's is clearly faster: :data:`INLINE_MARGIN`) and
+tries the other again now and then (:data:`PROBE_ITEMS`, :data:`REPROBE_ITEMS`). Whoever makes an item holds the turn
+lock until it is queued, so items are made one at a time and handed over in order.
 """
 
 from __future__ import annotations
 
 import contextlib
 import queue
+import statistics
 import threading
 import time
 import weakref
@@ -90,8 +91,9 @@ class Ahead(Generic[T]):
         self._done = False
         self._items = 0  # items handed over in this phase
         self._phase = 0  # 0: timing the way items are made now, 1: timing the other, 2: keeping the faster
-        self._timed_from = 0.0  # perf_counter when the timed items began
-        self._per_item: dict[bool, float] = {}  # seconds per item handed over, by threaded, as last timed
+        self._handed = 0.0  # perf_counter when the last item was handed over
+        self._cycles: list[float] = []  # the timed items' cycles (seconds from the item before)
+        self._per_item: dict[bool, float] = {}  # median seconds per item handed over, by threaded, as last timed
         self._thread = threading.Thread(target=_produce, args=(turn,), name=name, daemon=True)
         self._thread.start()
         # (the thread holds the turn, not this object: dropping the consumer stops the producer)
@@ -136,12 +138,18 @@ class Ahead(Generic[T]):
         """Times the items handed over and keeps the faster way of making them: the way it makes them now is timed,
         then the other, then the faster is kept for :data:`REPROBE_ITEMS` items (see the module)."""
         self._items += 1
-        if self._items == _WARM_ITEMS:
-            self._timed_from = _clock()
-        elif self._items == _WARM_ITEMS + PROBE_ITEMS and self._phase < 2:
+        if self._phase < 2:
+            now = _clock()
+            if self._items > _WARM_ITEMS:
+                self._cycles.append(now - self._handed)
+            self._handed = now
+        if self._items == _WARM_ITEMS + PROBE_ITEMS and self._phase < 2:
             turn = self._turn
             threaded = turn.threaded.is_set()
-            self._per_item[threaded] = (_clock() - self._timed_from) / PROBE_ITEMS
+            # (the median: a chunk parse waited for once in the timing, whichever way makes the items, is not the
+            # way's doing — with the mean it chose the consumer's way for a whole pass after the pass start's waits)
+            self._per_item[threaded] = statistics.median(self._cycles)
+            self._cycles = []
             self._items = 0
             self._phase += 1
             if self._phase == 1 or (self._per_item[False] < INLINE_MARGIN * self._per_item[True]) == threaded:
