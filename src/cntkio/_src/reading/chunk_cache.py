@@ -128,6 +128,14 @@ class ChunkCache:
         self.clock.wait += time.perf_counter() - started  # (only the reading thread calls ensure)
         self.clock.waits += 1
 
+    def settle(self) -> None:
+        """Waits until the loads asked for (queued or running) are done; one that failed is left for the read that
+        needs its chunk to raise."""
+        with self._lock:
+            pending = [future for _, future in self._futures.values() if not future.done()]
+        for future in pending:
+            future.exception()
+
     def prefetch(self, plan: list[tuple[np.ndarray, np.ndarray]]) -> None:
         """Starts loading chunks in the background if they are not cached yet: per deserializer, slots and the
         sweep each is read for (:meth:`Corpus.load_plan`), in the order given."""

@@ -71,7 +71,10 @@ class ReadingEngine:
         return self.cursor.position
 
     def use_loader(self, loader: ChunkLoader) -> None:
-        """Chunks are produced through ``loader`` from now on (e.g. shared between loader worker processes)."""
+        """Chunks are produced through ``loader`` from now on (e.g. shared between loader worker processes); the
+        loads already asked for finish through the one before (a worker's prefetches at the end of its pass are
+        shared ones, not parses of its own)."""
+        self.cache.settle()
         self.cache.loader = loader
 
     # --- reading -------------------------------------------------------------------------------------
