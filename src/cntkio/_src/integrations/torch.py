@@ -19,10 +19,10 @@ size is refused with an explanation).
 * In the process that trains (no loader workers, the recommended way for CNTK formats) the next minibatches are
   read and made tensors on a background thread while the step runs (``ahead``), and each pass goes on with the
   source of the last one.
-* Workers: a rank's minibatches are numbered 0, 1, 2, ... and dealt in bundles of ``b`` consecutive ones (1 in a
-  plain ``DataLoader``; :func:`loader` sends up to 8 per message): loader worker ``w`` of ``W`` produces the bundles
-  with ``(k // b) % W == w`` and skips the others without reading them. The loader hands them out round-robin, so
-  the stream a rank sees is the same for every ``num_workers``.
+* Workers: a rank's minibatches are numbered 0, 1, 2, ... and dealt to the loader workers in turn, in bundles of
+  consecutive ones (1 in a plain ``DataLoader``; :func:`loader` sends up to 8 per message, after a ramp of smaller
+  ones: see ``cntkio._src.integrations.workers``); a worker skips the others' without reading them. The loader hands
+  them out round-robin, so the stream a rank sees is the same for every ``num_workers``.
 * Resume: every batch carries ``state``, the checkpoint right after it. ``load_state_dict(batch.state)``
   on a new dataset continues with the next batch under a new ``DataLoader``. ``state_dict()`` and
   ``load_state_dict()`` also follow the protocol of torchdata's ``StatefulDataLoader`` (per worker).
@@ -74,7 +74,7 @@ from cntkio._src.integrations.torch_layouts import (
     stream_arrays,
     tensors_of,
 )
-from cntkio._src.integrations.workers import worker_of
+from cntkio._src.integrations.workers import deal
 from cntkio._src.reading.checkpoint import PendingCheckpoint
 from cntkio._src.reading.chunk_cache import ParseHere
 
@@ -776,13 +776,14 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
             while stream is None or not stream.done:  # (equal steps: the plan's steps; else to the data's end)
                 if exchange is not None:
                     exchange.at(index)
-                mine = worker_of(index, workers, base, bundle) == worker_id
+                owner, size = deal(index, workers, base, bundle)
+                mine = owner == worker_id
                 if stream is not None and stream.padding:
                     stream.pad()
                     index += 1
                     if mine:
                         padding = self._padding(source, stream, epoch, index, base, chosen, worker is None)
-                        yield _marked(padding, transport, sent, bundle)
+                        yield _marked(padding, transport, sent, size)
                     continue
                 if not mine:
                     if stream is not None:
@@ -808,7 +809,7 @@ class MinibatchDataset(IterableDataset):  # type: ignore[misc]  # (torch is Any 
                     index - 1,
                     now=worker is None,
                 )
-                _marked(batch, transport, sent, bundle)
+                _marked(batch, transport, sent, size)
                 del minibatch  # only the caller holds the batch: once it lets go, the next read reuses its memory
                 yield batch
                 del batch
