@@ -61,7 +61,7 @@ from cntkio import (
     StreamInformation,
 )
 from ctf_parse import REPO_ROOT, _table, kit_dir, load_anchors
-from harness import parser, peak_rss, run_child
+from harness import machine, parser, peak_rss, run_child
 
 KINDS = ("dense", "sparse", "seq")
 CONFIGS = ("raw", "file order", "randomized", "CNTK")
@@ -429,7 +429,7 @@ class Report:
         if args.json:
             options = {k: v for k, v in vars(args).items() if k not in ("child", "spec")}
             summary = {"text": text, **(self.numbers if numbers is None else numbers)}
-            document = {"args": options, **extra, "runs": results, "summary": summary}
+            document = {"args": options, "machine": machine(), **extra, "runs": results, "summary": summary}
             Path(args.json).write_text(json.dumps(document, indent=1))
         return 0 if self.ok else 1
 

@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from core import stream_defs
 from ctf_parse import kit_dir
+from harness import machine
 
 KINDS = ("dense", "sparse", "seq")
 CONFIGS = ("raw", "source", "source 1 thread", "dataset", "dataset ahead", "loader 2 workers", "CNTK")
@@ -129,7 +130,7 @@ def main() -> int:
                     spec = {"config": config, "file": str(files[kind]), "kind": kind}
                     argv = [sys.executable, __file__, "--child", json.dumps(spec)]
                 results.setdefault((kind, config), []).append(run(argv))
-    report: dict[str, Any] = {}
+    report: dict[str, Any] = {"machine": machine(), "mb": args.mb, "runs": args.runs}
     problems = []
     print(f"# Hand-off: {args.runs} rounds, medians; MB/s of CTF text (x CNTK), CPU-s per MB\n")
     print("| kind | " + " | ".join(CONFIGS) + " |")

@@ -83,6 +83,25 @@ def repeated_file(part: Path, copies: int, target: Path) -> Path:
     return target
 
 
+def machine() -> dict[str, Any]:
+    """Where and when a run was measured, for its JSON document (the docs' performance tables print it)."""
+    import platform
+
+    model = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
+    except OSError:
+        pass
+    return {
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "system": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+    }
+
+
 def peak_rss() -> int:
     """Peak resident bytes of this process (VmHWM). Not ru_maxrss: a child's ru_maxrss starts at its parent's peak,
     which it inherits across fork + exec."""

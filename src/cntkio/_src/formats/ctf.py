@@ -100,9 +100,8 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
         chunk_size_in_bytes: target chunk size; a sequence never spans chunks.
         precision: ``'float'`` (float32) or ``'double'`` (float64), any case.
         trace_level: 0 errors only, 1 warnings, 2 info.
-        cache_index: keep the index in a file next to the data (:mod:`cntkio._src.formats.index_cache`) and load it on
-        the
-            next open instead of scanning the file; a stale or corrupt cache is rebuilt with a warning.
+        cache_index: keep the index in a file next to the data (:mod:`cntkio._src.formats.index_cache`) and load it
+            on the next open instead of scanning the file; a stale or corrupt cache is rebuilt with a warning.
         index_cache_dir: where to keep index caches instead (for data in a read-only place).
         optional_inputs: allow a stream to be absent from a sequence (zero samples) instead of an error.
         quarantine_file: append the raw lines of every bad record (the whole sequence) to this file when it is first
