@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pickle
 import struct
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -343,3 +345,24 @@ def test_a_progress_bar_on_request(tmp_path: Path, capsys: pytest.CaptureFixture
     data = make_data(tmp_path, 30, seed=2)
     write_cbf(CTFDeserializer(data.path, STREAMS, chunk_size_in_bytes=100), tmp_path / "p.cbf", progress=True)
     assert "writing CBF" in capsys.readouterr().err
+
+
+def test_written_files_have_the_mode_open_gives_not_mkstemps(tmp_path: Path) -> None:
+    """write_cbf and cntkio.htk's writers write through a temporary file renamed into place; that file used to keep
+    mkstemp's 0o600, so the data written was unreadable to the other users of a shared cluster."""
+    script = f"""
+import os, stat, numpy as np
+os.umask(0o022)
+import cntkio.htk as htk
+from cntkio import CTFDeserializer, StreamDef, StreamDefs, write_cbf
+d = {str(tmp_path)!r}
+with open(os.path.join(d, "a.ctf"), "w") as f:
+    f.write("0 |x 1 2\\n1 |x 3 4\\n")
+streams = StreamDefs(x=StreamDef(field="x", shape=2))
+write_cbf(CTFDeserializer(os.path.join(d, "a.ctf"), streams), os.path.join(d, "a.cbf"))
+htk.write_features(os.path.join(d, "a.htk"), np.zeros((3, 2), np.float32))
+htk.write_mlf(os.path.join(d, "a.mlf"), {{"u": [(0, 3, "s")]}})
+print(" ".join(oct(stat.S_IMODE(os.stat(os.path.join(d, n)).st_mode)) for n in ("a.cbf", "a.htk", "a.mlf")))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["0o644", "0o644", "0o644"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import struct
-import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,6 +16,7 @@ from cntkio import _native
 from cntkio._src.common.arrays import exclusive_cumsum
 from cntkio._src.common.errors import ConfigError
 from cntkio._src.common.streams import StreamInformation, parse_precision
+from cntkio._src.formats.data_file import replacement_file
 from cntkio._src.formats.protocol import DenseStream, Deserializer, ReadsAsDeserializer, SparseStream, as_deserializer
 
 DEFAULT_CBF_CHUNK_SIZE_IN_BYTES = 32 * 1024 * 1024
@@ -58,7 +58,7 @@ def write_cbf(
         raise IsADirectoryError(21, "the output is a directory", str(target))
     if not target.parent.is_dir():
         raise FileNotFoundError(2, "the output's directory does not exist", str(target.parent))
-    handle, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
+    handle, name = replacement_file(target.parent, f".{target.name}.", ".partial")
     temporary = Path(name)
     chunks: list[tuple[int, int, int]] = []  # (offset, sequences, samples)
     try:

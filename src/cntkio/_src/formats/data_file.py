@@ -1,17 +1,45 @@
-"""A data file a deserializer keeps open and reads by offset (``pread``), checked for in-place changes; and
+"""A data file a deserializer keeps open and reads by offset (``pread``), checked for in-place changes;
 :class:`FileIdentity`, what every file-backed format (and the index cache) compares to tell a file's bytes
-from what they were when it was indexed."""
+from what they were when it was indexed; and :func:`replacement_file`, where the writers write a file before
+renaming it into place."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, TypeVar
 
 from cntkio._src.common.errors import FormatError, Location
 
 T = TypeVar("T")
+
+
+def _umask() -> int:
+    try:  # Linux 4.7+: read, not set (setting it is process-wide, so racy with other threads)
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def replacement_file(directory: str | os.PathLike[str], prefix: str, suffix: str = "") -> tuple[int, str]:
+    """A new, empty file in ``directory`` (a descriptor open for writing, and its path) that a writer fills and then
+    renames over its target (``os.replace``), so a reader never sees half a file. It has the mode ``open()`` would
+    give a new file (0o666 less the umask: readable by the others a data file is shared with), not ``mkstemp``'s
+    0o600."""
+    descriptor, path = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=directory)
+    if hasattr(os, "fchmod"):  # (not on Windows before 3.13, where modes are not POSIX's anyway)
+        with contextlib.suppress(OSError):  # a filesystem without modes: keep what it gave
+            os.fchmod(descriptor, 0o666 & ~_umask())
+    return descriptor, path
 
 
 class FileIdentity(NamedTuple):

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import struct
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from cntkio._src.common.errors import FormatError, Location
-from cntkio._src.formats.data_file import require_regular_file
+from cntkio._src.formats.data_file import replacement_file, require_regular_file
 
 HTK_KINDS: dict[str, int] = {"MFCC": 6, "FBANK": 7, "USER": 9, "PLP": 11, "ANON": 12}
 """Base parameter kinds CNTK accepts. 12 (HTK's ``ANON``) is read as USER; when ``parmKind == 12`` exactly (no
@@ -360,7 +359,7 @@ def _encode(
 
 def _write_atomically(path: str, parts: Iterable[bytes]) -> None:
     directory = os.path.dirname(os.path.abspath(path))
-    handle, temporary = tempfile.mkstemp(prefix=".htk-", dir=directory)
+    handle, temporary = replacement_file(directory, ".htk-")
     try:
         with os.fdopen(handle, "wb") as file:
             for part in parts:
