@@ -2,7 +2,8 @@
 
 Indices are 1-based (libsvm's convention); comments and ``qid:`` are not handled. ``decode_chunk`` turns a
 chunk's lines into the streams ``label`` (dense, 1 value) and ``features`` (sparse CSR, ``dim`` columns)
-with a few NumPy calls. Run: ``python examples/svmlight_reader.py FILE DIM``.
+with a few NumPy calls. Run: ``python examples/svmlight_reader.py FILE DIM``; without arguments it reads
+examples/data/points.svm (60 lines, 12 columns) from the repository root.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ def svmlight_reader(files: Any, dim: int, **options: Any) -> RecordDeserializer:
 
 
 if __name__ == "__main__":
-    source = MinibatchSource(svmlight_reader(sys.argv[1], int(sys.argv[2])), randomize=False, max_sweeps=1)
+    path, dim = (sys.argv[1], int(sys.argv[2])) if len(sys.argv) > 2 else ("examples/data/points.svm", 12)
+    source = MinibatchSource(svmlight_reader(path, dim), randomize=False, max_sweeps=1)
     while minibatch := source.next_minibatch(256):
         print(minibatch["features"].num_samples, "samples; first labels", minibatch["label"].values[:4, 0])
