@@ -5,6 +5,8 @@ provenance naming the shard, and clear errors."""
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -152,3 +154,22 @@ def test_a_sharded_corpus_reports_its_index_time(tmp_path: Path) -> None:
         (tmp_path / f"part-{k}.ctf").write_text("".join(f"|x {k} {i} |y 1:1\n" for i in range(50)))
     source = MinibatchSource(CTFDeserializer(str(tmp_path / "part-*.ctf"), STREAMS), max_sweeps=1)
     assert source.stats().seconds["index"] > 0 and source.stats().counts["index"] == 1
+
+
+def test_more_shards_than_the_open_file_limit_is_named_as_such(tmp_path: Path) -> None:
+    """Every OSError opening a data file used to become a FileNotFoundError ("cannot open CTF file ...: Too many
+    open files"): a corpus past `ulimit -n` looked like missing files. The error keeps its kind and says why."""
+    for i in range(40):
+        (tmp_path / f"part-{i:02d}.ctf").write_text(f"{i} |x 1\n")
+    script = f"""
+import errno, resource
+from cntkio import CTFDeserializer, StreamDef, StreamDefs
+resource.setrlimit(resource.RLIMIT_NOFILE, (30, 30))
+try:
+    CTFDeserializer({str(tmp_path / "part-*.ctf")!r}, StreamDefs(x=StreamDef(field="x", shape=1)))
+except OSError as error:
+    print(type(error).__name__, errno.errorcode[error.errno], "ulimit -n" in str(error), str(error).split("'")[1])
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    kind, code, hint, filename = done.stdout.split()
+    assert (kind, code, hint) == ("OSError", "EMFILE", "True") and filename.endswith(".ctf")

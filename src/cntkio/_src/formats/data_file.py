@@ -6,6 +6,7 @@ renaming it into place."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 import tempfile
@@ -158,8 +159,11 @@ class DataFile:
         try:
             # O_NONBLOCK: opening a FIFO must not wait for a writer (it is then refused below)
             fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
-        except OSError as e:
-            raise FileNotFoundError(f"cannot open {kind} file '{path}': {e.strerror}") from e
+        except OSError as e:  # the same kind of error (missing, no permission, too many open files), named
+            limit = " (the open-file limit, `ulimit -n`: a sharded corpus keeps each file open)"
+            error = type(e)(f"cannot open {kind} file '{path}': {e.strerror}{limit if e.errno == errno.EMFILE else ''}")
+            error.errno = e.errno  # (not strerror or filename: str(error) would drop the message)
+            raise error from e
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             os.close(fd)
