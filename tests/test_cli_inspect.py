@@ -354,6 +354,7 @@ def test_atis(capsys):
 
 @pytest.mark.skipif(not CNTK_DATA.exists(), reason="CNTK conformance data not present")
 def test_cntk_image_maps(capsys, monkeypatch):
+    pytest.importorskip("cv2")  # the image sizes come from OpenCV
     monkeypatch.chdir(CNTK_DATA)  # map files name images relative to the working directory, as in CNTK
     code, report = cli_json(capsys, "ImageReaderSimple_map.txt", "ImageReaderMissingImage_map.txt")
     assert code == 1

@@ -26,6 +26,9 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+pytest.importorskip("torch")
+
 from torch.utils.data import DataLoader
 
 from cntkio import DenseStream

@@ -34,7 +34,9 @@ inline void* map_large(size_t bytes) {
   if (aligned > start) munmap(p, aligned - start);
   const uintptr_t end = start + length + kHugePage;
   if (end > aligned + length) munmap(reinterpret_cast<void*>(aligned + length), end - aligned - length);
+#ifdef MADV_HUGEPAGE  // (Linux only)
   madvise(reinterpret_cast<void*>(aligned), length, MADV_HUGEPAGE);  // advice only: without THP, ordinary pages
+#endif
   return reinterpret_cast<void*>(aligned);
 }
 

@@ -14,6 +14,18 @@ namespace cntkio::ctf {
 
 namespace {
 
+// The last `byte` in [p, p + n), or nullptr: glibc's memrchr where there is one (macOS has none).
+inline const void* last_byte(const char* p, char byte, size_t n) {
+#ifdef __GLIBC__
+  return memrchr(p, byte, n);
+#else
+  while (n > 0) {
+    if (p[--n] == byte) return p + n;
+  }
+  return nullptr;
+#endif
+}
+
 struct OpenSequence {
   int64_t offset = -1;
   uint64_t key = 0;
@@ -112,7 +124,7 @@ class Indexer {
       const char* data = buffer_.data();
       int64_t stop = length_;
       if (!eof_) {
-        const void* last_newline = memrchr(data + pos, '\n', static_cast<size_t>(length_ - pos));
+        const void* last_newline = last_byte(data + pos, '\n', static_cast<size_t>(length_ - pos));
         stop = last_newline != nullptr ? static_cast<const char*>(last_newline) - data + 1 : pos;
       }
       if (stop > pos && !scan_lines(data + pos, data + stop, line)) return false;
