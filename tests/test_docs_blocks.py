@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -42,3 +43,30 @@ def test_block_runs(name: str, code: str, tmp_path: Path) -> None:
     script.write_text(code, encoding="utf-8")
     done = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, f"{name} failed:\n{code}\n--- stderr ---\n{done.stderr[-3000:]}"
+
+
+def test_the_readmes_links_lead_to_files() -> None:
+    """The README's relative links (into docs/, CHANGELOG.md) name files that exist (the docs build checks its own)."""
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", (ROOT / "README.md").read_text(encoding="utf-8"))
+    relative = [link for link in links if "://" not in link]
+    assert relative and all((ROOT / link).is_file() for link in relative), relative
+
+
+def command_lines() -> list[tuple[str, str]]:
+    found = []
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        for match in re.finditer(r"^```bash\n(.*?)^```", text, re.S | re.M):
+            for line in match.group(1).splitlines():
+                if line.startswith("cntkio "):
+                    found.append((f"{page.relative_to(ROOT)}: {line.split('#')[0].strip()}", line.split("#")[0]))
+    return found
+
+
+@pytest.mark.parametrize(("name", "line"), command_lines(), ids=[name for name, _ in command_lines()])
+def test_command_line_runs(name: str, line: str) -> None:
+    """The ``cntkio`` command lines of the pages run as written (exit status 0, or 1 where the data has errors)."""
+    argv = [sys.executable, "-m", "cntkio", *shlex.split(line)[1:]]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode in (0, 1) and done.stdout and "Traceback" not in done.stderr, (name, done.stderr[-2000:])
+    assert (done.returncode == 1) == ("broken" in line), name  # only the broken file has errors

@@ -233,3 +233,13 @@ def test_the_output_the_page_shows_is_what_the_example_prints():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == shown
+
+
+def test_the_pages_name_every_torch_layout() -> None:
+    """The PyTorch page's table and the API reference list the layouts cntkio.torch has, no more, no fewer."""
+    torch_layouts = pytest.importorskip("cntkio._src.integrations.torch_layouts")
+    names = set(torch_layouts.LAYOUTS)
+    table = set(re.findall(r'^\| `"(\w+)"`', (DOCS / "frameworks" / "pytorch.md").read_text(encoding="utf-8"), re.M))
+    api = (DOCS / "api.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"``(\w+)``", api[api.index("py:data:: LAYOUTS") : api.index("py:data:: STATE_KEY")]))
+    assert table == names and listed == names, (names ^ table, names ^ listed)
