@@ -366,3 +366,20 @@ print(" ".join(oct(stat.S_IMODE(os.stat(os.path.join(d, n)).st_mode)) for n in (
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["0o644", "0o644", "0o644"]
+
+
+def test_chunk_file_bytes_has_one_entry_per_chunk(tmp_path: Path) -> None:
+    """The chunk table's offsets already end with the header's: chunk_file_bytes appended it again and gave one
+    entry more than chunks (a trailing 0), which misplaced every later shard's sizes in a sharded CBF corpus."""
+    text = "".join(f"{i} |x {i} {i}\n" for i in range(40))
+    (tmp_path / "a.ctf").write_text(text)
+    streams = StreamDefs(x=StreamDef(field="x", shape=2))
+    for name in ("a.cbf", "b.cbf"):
+        write_cbf(CTFDeserializer(tmp_path / "a.ctf", streams), tmp_path / name, chunk_size_in_bytes=200)
+    one = CBFDeserializer(tmp_path / "a.cbf")
+    sizes = one.chunk_file_bytes()
+    assert one.num_chunks() > 1 and len(sizes) == one.num_chunks() and (sizes > 0).all()
+    header = int(np.frombuffer((tmp_path / "a.cbf").read_bytes()[-8:], dtype="<i8")[0])
+    assert sizes.sum() == header - 12
+    both = CBFDeserializer([tmp_path / "a.cbf", tmp_path / "b.cbf"])
+    assert both.chunk_file_bytes().tolist() == sizes.tolist() * 2

@@ -122,9 +122,9 @@ class CBFDeserializer(Sharded, FileBacked, IndexedDeserializer):
         return SequenceIndex(starts, narrow_lengths(lengths), RangeKeys(0, len(lengths)))
 
     def chunk_file_bytes(self) -> np.ndarray:
-        """A chunk runs to the next one, the last one to the header (whose offset ends the file)."""
-        header = int(np.frombuffer(os.pread(self.data_file.fd, 8, self.data_file.size - 8), dtype="<i8")[0])
-        return np.diff(np.append(self._chunk_offsets.astype(np.int64), header))
+        """A chunk runs to the next one, the last one to the header: the chunk table's offsets end with the header's
+        (one more offset than chunks)."""
+        return np.diff(self._chunk_offsets.astype(np.int64))
 
     # ------------------------------------------------------------------------------- protocol
     def identity(self) -> dict[str, Any]:
