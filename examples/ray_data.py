@@ -31,7 +31,7 @@ try:
         # the data's folder; on a cluster give a folder every node reads, and tasks load it instead of scanning.
         corpus = cntkio.ray.CTFDatasource("examples/data/shards/part-*.ctf", streams,
                                           index_cache_dir=Path(folder, "index"))  # fmt: skip
-        dataset = ray.data.read_datasource(corpus)
+        dataset = corpus.dataset()  # a block per chunk, whatever the cluster's size
         rows = dataset.take_all()
         print("read tasks:", len(corpus.get_read_tasks(1)), "- sequences:", len(rows))
         row = min(rows, key=lambda r: (r["file"], r["row"]))

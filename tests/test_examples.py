@@ -44,7 +44,10 @@ EXPECTED = {
     "torch_ddp.py": ["every sequence once: True"],
     "jax_loop.py": ["resumed run = uninterrupted run: True"],
     "jax_multiprocess.py": ["every sequence once: True"],
+    "grain_loop.py": ["every sequence once: True", "resumed run = uninterrupted run: True"],
     "ray_data.py": ["sequences: 12", "read back: 12 sequences, 53 samples"],
+    "ray_speech_images.py": ["speech CBF read back: 8 utterances", "same pixels again: True", "errors: [(5, '4')]"],
+    "hf_datasets.py": ["sequences: 12", "every sequence once: True", "4 rows, columns"],
 }
 
 

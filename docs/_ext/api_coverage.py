@@ -11,8 +11,8 @@ from sphinx.application import Sphinx
 from sphinx.environment import BuildEnvironment
 from sphinx.util import logging
 
-PUBLIC = ("cntkio", "cntkio.torch", "cntkio.jax", "cntkio.ray", "cntkio.transforms", "cntkio.htk",
-          "cntkio.equal_steps", "cntkio.brainscript")  # fmt: skip
+PUBLIC = ("cntkio", "cntkio.torch", "cntkio.jax", "cntkio.grain", "cntkio.ray", "cntkio.transforms", "cntkio.htk",
+          "cntkio.equal_steps", "cntkio.hf", "cntkio.brainscript")  # fmt: skip
 logger = logging.getLogger(__name__)
 
 

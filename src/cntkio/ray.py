@@ -1,4 +1,5 @@
-"""Ray Data: datasources over CTF and CBF files (one read task per chunk) and a CBF datasink.
+"""Ray Data: datasources over any cntkio data — CTF, CBF, HTK features with MLF labels, images, or any deserializers
+made by a factory — (one read task per chunk) and a CBF datasink.
 
 The public face of ``cntkio._src.integrations.ray``."""
 
@@ -6,10 +7,16 @@ from cntkio._src.integrations.ray import (
     CBFDatasink,
     CBFDatasource,
     CTFDatasource,
+    DeserializerDatasource,
+    HTKMLFDatasource,
+    ImageDatasource,
 )
 
 __all__ = [
     "CBFDatasink",
     "CBFDatasource",
     "CTFDatasource",
+    "DeserializerDatasource",
+    "HTKMLFDatasource",
+    "ImageDatasource",
 ]

@@ -1,12 +1,20 @@
-"""``cntkio convert IN.ctf OUT.cbf``: writes a CTF file as CNTK Binary Format, with the registry's CBF writer.
+"""``cntkio convert IN.ctf OUT.cbf``: writes a CTF file as CNTK Binary Format, with the registry's CBF writer;
+``cntkio convert IN --to parquet OUT`` writes a CTF or CBF file as Parquet, an Arrow table per chunk.
 
 A CBF header holds every stream's dimension. Inferred from the file, a sparse stream's dimension is only a lower
 bound (its largest index + 1), so convert writes inferred dimensions only when told to (``--infer-dims``); otherwise
-it asks for the streams (``--stream``), suggesting them."""
+it asks for the streams (``--stream``), suggesting them. Parquet keeps no dimension (a sparse stream's indices and
+values are lists), so inferred streams need no ``--infer-dims`` there.
+
+Parquet output (the columns of :mod:`cntkio._src.integrations.chunk_rows`: ``file``, ``chunk``, ``row``, ``key`` and
+per stream the flattened samples or the sparse indices, values and entries): ``OUT`` a folder gets a file per chunk,
+``<input name>-<chunk>.parquet``; ``OUT.parquet`` one file with a row group per chunk. Each is written under a
+temporary name and renamed when complete, and depends only on the input and the chunk size."""
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from typing import Any
@@ -24,23 +32,31 @@ from cntkio._src.cli.inspect_ctf import INFERRED_DENSE, INFERRED_SPARSE, StreamS
 from cntkio._src.common.errors import ConfigError, FormatError
 from cntkio._src.common.progress import Phases
 from cntkio._src.formats import registry
+from cntkio._src.formats.cbf import CBFDeserializer
 from cntkio._src.formats.cbf_writer import DEFAULT_CBF_CHUNK_SIZE_IN_BYTES
 from cntkio._src.formats.ctf import CTFDeserializer
 from cntkio._src.formats.ctf_infer import Inference, infer
 from cntkio._src.formats.sniff import detect
+from cntkio._src.integrations.chunk_rows import ChunkPlan
 
 
 def add_command(commands: Any) -> None:
     """Adds ``cntkio convert`` to the command line's subparsers."""
     convert = commands.add_parser(
         "convert",
-        help="convert a CTF file to CNTK Binary Format (CBF)",
+        help="convert a CTF file to CNTK Binary Format (CBF), or a CTF or CBF file to Parquet",
         description="Write a CTF file as CBF (what CNTK's ctf2bin.py writes), through a temporary file renamed "
-        "when complete. Without --stream, the streams are inferred from a full scan of the file. Exit status: "
-        "0 converted, 1 errors in the data, 2 usage or I/O error.",
+        "when complete; with --to parquet, a CTF or CBF file as Parquet: a file per chunk in the folder OUT "
+        "(<input name>-<chunk>.parquet), or one file OUT.parquet with a row group per chunk; columns file, chunk, "
+        "row, key and per stream NAME and NAME.samples (dense: the samples flattened) or NAME.indices, "
+        "NAME.values, NAME.entries (sparse). Without --stream, the streams of a CTF file are inferred from a full "
+        "scan of the file. Exit status: 0 converted, 1 errors in the data, 2 usage or I/O error.",
     )
-    convert.add_argument("input", metavar="IN.ctf", help="CTF file to convert")
-    convert.add_argument("output", metavar="OUT.cbf", help="CBF file to write")
+    convert.add_argument("input", metavar="IN.ctf", help="CTF file to convert (or a CBF file, --to parquet)")
+    convert.add_argument("output", metavar="OUT.cbf", help="CBF file to write (--to parquet: a folder or OUT.parquet)")
+    convert.add_argument(
+        "--to", choices=("cbf", "parquet"), default="cbf", help="the output format (default cbf; parquet needs pyarrow)"
+    )
     convert.add_argument(
         "--stream", metavar="NAME:DIM:dense|sparse[:ALIAS]", type=stream_spec, action="append", dest="streams",
         help="a stream to write (repeatable), in this order; default: inferred from the file, which needs "
@@ -55,7 +71,7 @@ def add_command(commands: Any) -> None:
     )  # fmt: skip
     convert.add_argument(
         "--chunk-size", metavar="BYTES", type=positive_int, default=DEFAULT_CBF_CHUNK_SIZE_IN_BYTES,
-        help=f"CBF chunk size (default {DEFAULT_CBF_CHUNK_SIZE_IN_BYTES})",
+        help=f"CBF chunk size; with --to parquet, the CTF chunk size (default {DEFAULT_CBF_CHUNK_SIZE_IN_BYTES})",
     )  # fmt: skip
     convert.add_argument("--precision", choices=("float", "double"), default="float", help="value type")
     convert.add_argument("--max-errors", metavar="N", type=int, default=0, help="bad records to skip (default 0)")
@@ -70,6 +86,13 @@ def run_convert(args: argparse.Namespace) -> int:
     assert write is not None
     try:
         detection = detect(path)
+        if args.to == "parquet" and detection.format == registry.CBF.name:
+            if args.streams is not None or args.infer_dims:
+                return fail("convert", "a CBF file's streams are in its header: give no --stream or --infer-dims")
+            written = write_parquet(functools.partial(CBFDeserializer, path, None, precision=args.precision), path,
+                                    args.output)  # fmt: skip
+            print(f"{path} -> {args.output}: {written} Parquet file(s)")
+            return EXIT_OK
         if detection.format != registry.CTF.name:
             return fail("convert", f"'{path}' is not a CTF file: it looks like {detection}")
         specs = args.streams
@@ -87,9 +110,15 @@ def run_convert(args: argparse.Namespace) -> int:
             if found.rare:
                 return _likely_typos(path, found)
             bounds = [s for s in specs if s.dim_lower_bound]
-            if bounds and not args.infer_dims:
+            if bounds and not args.infer_dims and args.to == "cbf":
                 return fail("convert", _lower_bounds_message(path, specs, bounds))
         definitions = {s.name: s.stream_def() for s in specs}
+        if args.to == "parquet":
+            ctf = functools.partial(CTFDeserializer, path, definitions, precision=args.precision,
+                                    max_errors=args.max_errors, chunk_size_in_bytes=args.chunk_size)  # fmt: skip
+            written = write_parquet(ctf, path, args.output)
+            print(f"{path} -> {args.output}: {written} Parquet file(s)")
+            return EXIT_OK
         source = CTFDeserializer(path, definitions, precision=args.precision, max_errors=args.max_errors)
         try:
             write(source, args.output, chunk_size_in_bytes=args.chunk_size, progress=args.progress)
@@ -108,6 +137,40 @@ def run_convert(args: argparse.Namespace) -> int:
     )
     print(f"{path} -> {args.output}: {described}")
     return EXIT_OK
+
+
+def write_parquet(factory: Any, path: str, output: str) -> int:
+    """Writes the chunks of the deserializer ``factory`` makes as Parquet (see the module); returns the files
+    written."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as error:
+        raise ImportError('--to parquet needs pyarrow: pip install "pyarrow"') from error
+    plan = ChunkPlan(factory)
+    name = os.path.basename(path)
+    if output.endswith(".parquet"):
+        os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+        temporary = f"{output}.{os.getpid()}.tmp"
+        try:
+            with pq.ParquetWriter(temporary, plan.schema()) as writer:
+                for part, chunk in plan.tasks:
+                    writer.write_table(plan.read(part, chunk))  # a row group per chunk
+            os.replace(temporary, output)
+        finally:
+            if os.path.exists(temporary):
+                os.unlink(temporary)
+        return 1
+    os.makedirs(output, exist_ok=True)
+    for part, chunk in plan.tasks:
+        target = os.path.join(output, f"{name}-{chunk:06d}.parquet")
+        temporary = f"{target}.{os.getpid()}.tmp"
+        try:
+            pq.write_table(plan.read(part, chunk), temporary)
+            os.replace(temporary, target)
+        finally:
+            if os.path.exists(temporary):
+                os.unlink(temporary)
+    return len(plan.tasks)
 
 
 def _lower_bounds_message(path: str, specs: list[StreamSpec], bounds: list[StreamSpec]) -> str:

@@ -1,16 +1,23 @@
-"""Ray Data integration: CTF corpora read by a Ray cluster, one read task per chunk of each file, and CBF shards
-written by it — for validating or converting corpora beyond one machine.
+"""Ray Data integration: any cntkio data read by a Ray cluster, one read task per chunk, and CBF shards written by it
+— for validating or converting corpora beyond one machine.
 
-``ray.data.read_datasource(CTFDatasource(paths, streams))`` plans its tasks from the cntkio index of every file (built
-once, with ``cache_index=True``: give ``index_cache_dir=`` on storage the nodes share, and each task loads the index
-instead of scanning its file). A task parses its chunk natively and yields one Arrow block of that chunk's
-sequences: ``file`` (the file's number in the corpus), ``chunk``, ``row`` (its place in the chunk), ``key`` (the
-sequence id, as text), and per stream — dense ``<name>`` (the sequence's samples flattened) and ``<name>.samples``;
-sparse ``<name>.indices``, ``<name>.values`` and ``<name>.entries`` (entries per sample).
-``Dataset.write_datasink(CBFDatasink(directory, datasource))`` writes each chunk's rows as
+:class:`DeserializerDatasource` reads the deserializers a picklable factory makes (primary first, joined by key as
+``MinibatchSource`` joins them; a list of factories: a part each), planning a task per chunk of each part's primary
+(:class:`~cntkio._src.integrations.chunk_rows.ChunkPlan`). The format-specific datasources are factories over it:
+:class:`CTFDatasource` and :class:`CBFDatasource` (a part per file; CTF indexes built once, with
+``cache_index=True``: give ``index_cache_dir=`` on storage the nodes share, and each task loads the index instead of
+scanning its file), :class:`HTKMLFDatasource` (HTK features, the MLF labels joined inside each task) and
+:class:`ImageDatasource` (images decoded and transformed, augmentation drawn from (seed, sweep, key, view)). A task
+yields one Arrow block of its chunk's sequences (:mod:`~cntkio._src.integrations.chunk_rows`): ``file`` (the part's
+number), ``chunk``, ``row`` (its place in the chunk), ``key`` (the sequence id, as text), and per stream — dense
+``<name>`` (the sequence's samples flattened) and ``<name>.samples``; sparse ``<name>.indices``, ``<name>.values``
+and ``<name>.entries`` (entries per sample). ``datasource.errors()`` gives the errors counted under ``max_errors`` as
+a dataset of error records.
+
+``datasource.dataset().write_datasink(CBFDatasink(directory, datasource))`` writes each chunk's rows as
 ``part-<file>-<chunk>-<first row>.cbf`` (one file per block of a chunk: Ray may split a large chunk's rows): output
-named by the input, so the same bytes whatever the cluster size. Sequences a counted error damaged (``max_errors``)
-are left out, as :func:`cntkio.write_cbf` does.
+named by the input, so the same bytes whatever the cluster size (``dataset()`` asks Ray for a block per chunk).
+Sequences a counted error damaged (``max_errors``) are left out, as :func:`cntkio.write_cbf` does.
 
 Install with ``pip install "cntkio[ray]"``.
 
@@ -18,9 +25,11 @@ Example::
 
     import ray, cntkio.ray
     corpus = cntkio.ray.CTFDatasource("corpus/part-*.ctf", streams)
-    ray.data.read_datasource(corpus).write_datasink(cntkio.ray.CBFDatasink("corpus-cbf/", corpus))
+    corpus.dataset().write_datasink(cntkio.ray.CBFDatasink("corpus-cbf/", corpus))
     source = MinibatchSource(CBFDeserializer("corpus-cbf/part-*.cbf"))
     again = ray.data.read_datasource(cntkio.ray.CBFDatasource("corpus-cbf/part-*.cbf"))   # CBF through Ray too
+    speech = cntkio.ray.HTKMLFDatasource(feature_streams, label_streams, "states.list")
+    print(speech.errors().take_all())
 """
 
 from __future__ import annotations
@@ -33,66 +42,133 @@ from typing import Any
 
 import numpy as np
 
-from cntkio._src.common.streams import StreamInformation
+from cntkio._src.common.errors import ConfigError
+from cntkio._src.common.streams import StreamInformation, iter_stream_defs
+from cntkio._src.corpus.join import JoinReport
 from cntkio._src.formats.cbf import CBFDeserializer
 from cntkio._src.formats.cbf_writer import write_cbf
 from cntkio._src.formats.ctf import CTFDeserializer
+from cntkio._src.formats.htk_features import HTKFeatureDeserializer
+from cntkio._src.formats.htk_labels import HTKMLFDeserializer
+from cntkio._src.formats.image import Base64ImageDeserializer, ImageDeserializer
 from cntkio._src.formats.protocol import ChunkIndex, DenseStream, Deserializer, ParsedChunk, SparseStream
 from cntkio._src.formats.shards import expand_paths
+from cntkio._src.integrations.chunk_rows import ChunkPlan, chunk_errors, file_factories, read_chunk
+from cntkio._src.integrations.encoded_images import EncodedImages
 
-__all__ = ["CBFDatasink", "CBFDatasource", "CTFDatasource"]
+__all__ = [
+    "CBFDatasink",
+    "CBFDatasource",
+    "CTFDatasource",
+    "DeserializerDatasource",
+    "HTKMLFDatasource",
+    "ImageDatasource",
+]
 
 
 try:
     import pyarrow as _pa
     import pyarrow.compute as _pc
+    import ray.data
     from ray.data import Datasink, Datasource, ReadTask
     from ray.data.block import BlockMetadata
 except ImportError as error:  # pragma: no cover - exercised where ray is missing
     raise ImportError('cntkio.ray needs Ray Data: pip install "cntkio[ray]" (or "ray[data]")') from error
 
 
-class _FileDatasource(Datasource):  # type: ignore[misc]
-    """Files of one cntkio format as a Ray dataset of sequences, one read task per chunk of each file, planned from
-    the reader's index (see the module)."""
+class DeserializerDatasource(Datasource):  # type: ignore[misc]
+    """Any cntkio data as a Ray dataset of sequences, one read task per chunk of each part's primary deserializer
+    (see the module).
 
-    reader: Any = None  # the deserializer class
-    name = ""
+    Args:
+        parts: a picklable factory making the deserializers of the corpus (primary first, joined by key as
+            :class:`~cntkio.MinibatchSource` joins them) — e.g. ``functools.partial(CTFDeserializer, path, streams)``
+            —, a list of factories (a part each: the ``file`` column numbers them), or deserializers made beforehand
+            (pickled to the tasks).
+        name: the datasource's name in Ray's progress and statistics.
+        sweep: the sweep whose data a sweep-dependent deserializer gives (random image augmentation is drawn from
+            the seed, the sweep and the key, so it is the same in any task).
+        length_mismatch: ``"pad"`` (default: each stream keeps its own samples), ``"drop"`` or ``"error"``, as in
+            MinibatchSource.
+    """
 
-    def __init__(self, paths: Any, streams: Any, options: dict[str, Any]):
-        self._paths = expand_paths(paths) or [os.fsdecode(paths)]
-        self._streams = streams
-        self._options = options
-        self._plan: list[tuple[int, str, int, int]] = []  # (file, path, chunk, estimated bytes)
-        for number, path in enumerate(self._paths):
-            reader = self.reader(path, streams, **options)
-            try:
-                self.stream_infos = reader.stream_infos()
-                size = os.path.getsize(path) // max(reader.num_chunks(), 1)
-                self._plan += [(number, path, chunk, size) for chunk in range(reader.num_chunks())]
-            finally:
-                reader.close()
+    def __init__(self, parts: Any, *, name: str = "cntkio", sweep: int = 0, length_mismatch: str = "pad"):
+        self._plan = ChunkPlan(parts, sweep=sweep, length_mismatch=length_mismatch)
+        self.stream_infos = self._plan.stream_infos
+        self.name = name
+
+    @property
+    def chunk_plan(self) -> ChunkPlan:
+        """The parts and chunks the tasks read (what :func:`cntkio.hf.iterable_dataset` also takes)."""
+        return self._plan
+
+    @property
+    def join_reports(self) -> list[JoinReport | None]:
+        """Per part, how its deserializers join (None: a single deserializer), found when the datasource was made."""
+        return [part.join_report for part in self._plan.parts]
 
     def get_name(self) -> str:
         return self.name
 
     def estimate_inmemory_data_size(self) -> int:
-        return sum(size for *_, size in self._plan)
+        return sum(sum(part.chunk_bytes) for part in self._plan.parts)
 
     def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None, data_context: Any = None
                        ) -> list[Any]:  # fmt: skip
-        """One task per chunk of each file, whatever ``parallelism`` (so blocks are the same on any cluster)."""
+        """One task per chunk of each part, whatever ``parallelism`` (so blocks are the same on any cluster)."""
         del parallelism, per_task_row_limit, data_context
+        return self._tasks(read_chunk)
+
+    def _tasks(self, read: Any) -> list[Any]:
+        plan = self._plan
         return [
             ReadTask(
-                functools.partial(_read_chunk, self.reader, path, self._streams, self._options, number, chunk),
-                BlockMetadata(num_rows=None, size_bytes=size, exec_stats=None, input_files=(path,)),
+                functools.partial(_one_table, read, part.factory, part.number, chunk, plan.sweep, plan.length_mismatch),
+                BlockMetadata(num_rows=None, size_bytes=size, exec_stats=None, input_files=(part.name,)),
             )
-            for number, path, chunk, size in self._plan
+            for part in plan.parts
+            for chunk, size in enumerate(part.chunk_bytes)
         ]
 
+    def dataset(self, **options: Any) -> Any:
+        """``ray.data.read_datasource(self, override_num_blocks=<its tasks>, **options)``: a block per chunk. Without
+        ``override_num_blocks`` Ray splits each task's block in ``k`` when the tasks are fewer than about twice the
+        cluster's CPUs, so the blocks (and the files a :class:`CBFDatasink` names after them) would depend on the
+        cluster's size; with it they depend only on the data (and on ``DataContext.target_max_block_size``, past
+        which Ray splits a block anyway)."""
+        options.setdefault("override_num_blocks", len(self._plan.tasks))
+        return ray.data.read_datasource(self, **options)
 
-class CTFDatasource(_FileDatasource):
+    def errors(self) -> Any:
+        """The errors the read counts under ``max_errors``, as a Ray dataset with a row per error (columns
+        ``file`` (the part), ``chunk``, ``source`` (the file the error is in), ``offset``, ``line``, ``column``,
+        ``key``, ``reason``, ``message``): the same tasks again, each parsing its chunk with a fresh reader and
+        giving what it counted. The errors found while indexing come with each part's chunk 0; a secondary's
+        chunk read by several tasks gives its errors in each."""
+        return ray.data.read_datasource(_ErrorDatasource(self))
+
+
+class _ErrorDatasource(Datasource):  # type: ignore[misc]
+    def __init__(self, source: DeserializerDatasource):
+        self._source = source
+
+    def get_name(self) -> str:
+        return f"{self._source.name} errors"
+
+    def estimate_inmemory_data_size(self) -> int | None:
+        return None
+
+    def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None, data_context: Any = None
+                       ) -> list[Any]:  # fmt: skip
+        del parallelism, per_task_row_limit, data_context
+        return self._source._tasks(chunk_errors)
+
+
+def _one_table(read: Any, *args: Any) -> Iterator[Any]:
+    yield read(*args)
+
+
+class CTFDatasource(DeserializerDatasource):
     """CTF files as a Ray dataset of sequences, one read task per chunk (see the module).
 
     Args:
@@ -102,18 +178,16 @@ class CTFDatasource(_FileDatasource):
         options: other :class:`cntkio.CTFDeserializer` keywords (``chunk_size_in_bytes``, ``max_errors``, ...).
     """
 
-    reader = CTFDeserializer
-    name = "CTF"
-
     def __init__(self, paths: Any, streams: Any, *, index_cache_dir: str | os.PathLike[str] | None = None,
                  **options: Any):  # fmt: skip
         options = {**options, "cache_index": True}
         if index_cache_dir is not None:
             options["index_cache_dir"] = os.fspath(index_cache_dir)
-        super().__init__(paths, streams, options)
+        files = expand_paths(paths) or [os.fsdecode(paths)]
+        super().__init__(file_factories(CTFDeserializer, files, streams, **options), name="CTF")
 
 
-class CBFDatasource(_FileDatasource):
+class CBFDatasource(DeserializerDatasource):
     """CBF files as a Ray dataset of sequences, one read task per chunk of each file (the file's own chunks).
 
     Args:
@@ -122,65 +196,82 @@ class CBFDatasource(_FileDatasource):
         options: other :class:`cntkio.CBFDeserializer` keywords.
     """
 
-    reader = CBFDeserializer
-    name = "CBF"
-
     def __init__(self, paths: Any, streams: Any = None, **options: Any):
-        super().__init__(paths, streams, options)
+        files = expand_paths(paths) or [os.fsdecode(paths)]
+        super().__init__(file_factories(CBFDeserializer, files, streams, **options), name="CBF")
 
 
-def _read_chunk(reader_class: Any, path: str, streams: Any, options: dict[str, Any], number: int, chunk: int
-                ) -> Iterator[Any]:  # fmt: skip
-    reader = reader_class(path, streams, **options)
-    try:
-        data = reader.get_chunk(chunk)
-        keys = reader.chunk_index(chunk).keys
-        infos = reader.stream_infos()
-    finally:
-        reader.close()
-    kept = np.arange(len(keys)) if data.invalid is None else np.flatnonzero(data.invalid == 0)
-    yield _table(number, chunk, keys, kept, data, infos)
+class HTKMLFDatasource(DeserializerDatasource):
+    """HTK features joined with MLF labels by utterance key, one read task per chunk of utterances of the features
+    (the labels looked up by key inside the task, as ``MinibatchSource([features, labels])`` joins them).
+
+    Args:
+        features: the ``StreamDefs`` of :class:`cntkio.HTKFeatureDeserializer` (``scp=``, ``context=``, ...;
+            several streams: a deserializer each, the first one primary).
+        labels: the ``StreamDefs`` of :class:`cntkio.HTKMLFDeserializer` (``mlf=``).
+        label_mapping_file: the state list (:class:`cntkio.HTKMLFDeserializer`'s first argument).
+        feature_options: other :class:`cntkio.HTKFeatureDeserializer` keywords (``chunk_frames``, ``max_errors``).
+        label_options: other :class:`cntkio.HTKMLFDeserializer` keywords.
+        length_mismatch: as :class:`DeserializerDatasource`.
+    """
+
+    def __init__(self, features: Any, labels: Any, label_mapping_file: str | os.PathLike[str] | None, *,
+                 feature_options: dict[str, Any] | None = None, label_options: dict[str, Any] | None = None,
+                 length_mismatch: str = "pad"):  # fmt: skip
+        factory = functools.partial(
+            _speech, features, labels, label_mapping_file, dict(feature_options or {}), dict(label_options or {})
+        )
+        super().__init__(factory, name="HTK+MLF", length_mismatch=length_mismatch)
 
 
-def _list(offsets: np.ndarray, values: np.ndarray, kept: np.ndarray) -> Any:
-    """A large-list Arrow column of ``values[offsets[i]:offsets[i+1]]`` for the kept rows i."""
-    column = _pa.LargeListArray.from_arrays(_pa.array(offsets.astype(np.int64)), _pa.array(values))
-    return column if len(kept) == len(offsets) - 1 else column.take(_pa.array(kept))
+def _speech(features: Any, labels: Any, label_mapping_file: Any, feature_options: dict[str, Any],
+            label_options: dict[str, Any]) -> list[Deserializer]:  # fmt: skip
+    readers: list[Deserializer] = [
+        HTKFeatureDeserializer({name: definition}, **feature_options) for name, definition in iter_stream_defs(features)
+    ]
+    return [*readers, HTKMLFDeserializer(label_mapping_file, labels, **label_options)]
 
 
-def _table(number: int, chunk: int, keys: Any, kept: np.ndarray, data: ParsedChunk,
-           infos: list[StreamInformation]) -> Any:  # fmt: skip
-    # ids as text in every file (a corpus may mix numeric and text ids; Arrow blocks need one schema)
-    key_array = np.asarray(keys)[kept].astype(str)
-    columns: dict[str, Any] = {
-        "file": _pa.array(np.full(len(kept), number, dtype=np.int32)),
-        "chunk": _pa.array(np.full(len(kept), chunk, dtype=np.int32)),
-        "row": _pa.array(kept.astype(np.int32)),  # the sequence's place in its chunk
-        "key": _pa.array(key_array),
-    }
-    for info in infos:
-        stream = data[info.name]
-        offsets = np.asarray(stream.seq_offsets, dtype=np.int64)
-        samples = np.diff(offsets).astype(np.int32)
-        if isinstance(stream, SparseStream):
-            indptr = np.asarray(stream.indptr, dtype=np.int64)
-            columns[f"{info.name}.indices"] = _list(indptr[offsets], np.asarray(stream.indices), kept)
-            columns[f"{info.name}.values"] = _list(indptr[offsets], np.asarray(stream.values), kept)
-            columns[f"{info.name}.entries"] = _list(offsets, np.diff(indptr).astype(np.int32), kept)
+class ImageDatasource(DeserializerDatasource):
+    """Images of a CNTK image map file, decoded and transformed, as a Ray dataset (a task per chunk of
+    ``images_per_chunk`` images). Random transforms draw from (seed, sweep, key, view), so a conversion gives the
+    same pixels on any cluster; ``sweep`` picks the sweep whose augmentation is read.
+
+    With ``encoded=True`` the image column holds each image's encoded bytes as they are in its file (an Arrow
+    ``large_binary``; nothing decoded or transformed; for Parquet or a training job that decodes itself: a
+    :class:`CBFDatasink` holds numbers only and refuses it).
+
+    Args:
+        map_file: the map file (:class:`cntkio.ImageDeserializer`).
+        streams: its ``StreamDefs`` (an image stream with its transforms, an optional label stream).
+        sweep: as :class:`DeserializerDatasource`.
+        base64: the file holds base64-encoded images (:class:`cntkio.Base64ImageDeserializer`).
+        encoded: the encoded bytes instead of the decoded pixels.
+        options: other keywords of the deserializer (``seed``, ``layout``, ``images_per_chunk``, ``max_errors``, ...).
+    """
+
+    def __init__(self, map_file: str | os.PathLike[str], streams: Any, *, sweep: int = 0, base64: bool = False,
+                 encoded: bool = False, **options: Any):  # fmt: skip
+        factory: Any
+        if encoded:
+            factory = functools.partial(EncodedImages, os.fspath(map_file), streams, base64=base64, **options)
         else:
-            width = int(np.prod(info.shape))
-            flat = np.asarray(stream.values).reshape(-1)
-            columns[info.name] = _list(offsets * width, flat, kept)
-            columns[f"{info.name}.samples"] = _pa.array(samples[kept])
-    return _pa.table(columns)
+            reader = Base64ImageDeserializer if base64 else ImageDeserializer
+            factory = functools.partial(reader, os.fspath(map_file), streams, **options)
+        super().__init__(factory, name="images", sweep=sweep)
 
 
 class CBFDatasink(Datasink):  # type: ignore[misc]
-    """Writes the rows of each (file, chunk) of a block of a :class:`CTFDatasource` dataset as
+    """Writes the rows of each (file, chunk) of a block of a dataset any of the datasources read as
     ``part-<file>-<chunk>-<first row>.cbf`` in ``directory`` (one CBF chunk each, the streams as ``source`` declares
     them, rows in their order), so the output depends only on the input and the block size, never on the cluster."""
 
-    def __init__(self, directory: str | os.PathLike[str], source: _FileDatasource):
+    def __init__(self, directory: str | os.PathLike[str], source: DeserializerDatasource):
+        if source.chunk_plan.encoded:
+            raise ConfigError(
+                f"CBF holds numbers; streams {sorted(source.chunk_plan.encoded)} are encoded bytes (write them to "
+                "Parquet, or read the images decoded)"
+            )
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self._infos = list(source.stream_infos)
