@@ -29,6 +29,7 @@ EXPECTED = {
     "read_ctf.py": ["keys [9, 10, 11]", "raised: MaxErrorsExceeded", "7 bad record(s) counted"],
     "read_cbf.py": ["read 12 sequences, 53 samples", "same order: True same values: True", "raised:"],
     "read_htk_mlf.py": ["features follow the labels: True", "8 of 8 sequences kept"],
+    "read_kaldi.py": ["same values as written: True", "follow the labels: True", "frame mode: 59 frames of 59"],
     "read_images.py": ["(4, 3, 16, 16) float32", "same augmentation on a re-run: True", "(24, 24, 3) uint8"],
     "read_base64_images.py": ["same pixels as the PNG files: True"],
     "composite_join.py": ["10 of 12 sequences kept, 2 dropped", "keys the labels lack: (5, 9)", "strict=True raised"],

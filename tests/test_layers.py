@@ -45,7 +45,7 @@ PUBLIC = [
     "DEFAULT_RANDOMIZATION_WINDOW_IN_CHUNKS", "FULL_DATA_SWEEP", "INFINITELY_REPEAT", "Base64ImageDeserializer",
     "CBFDeserializer", "CNTKIOError", "CTFDeserializer", "ChunkIndex", "ConfigError", "DenseStream", "Deserializer",
     "DeserializerGroup", "DeserializerJoin", "FormatError", "HTKFeatureDeserializer", "HTKMLFDeserializer",
-    "ImageDeserializer", "JoinReport", "KeyProblems", "LengthMismatch", "Location",
+    "ImageDeserializer", "JoinReport", "KaldiDeserializer", "KeyProblems", "LengthMismatch", "Location",
     "MaxErrorsExceeded",
     "MinibatchData", "MinibatchSource", "MinibatchSourceFromData", "ReaderStats", "Record", "RecordDeserializer",
     "SparseStream", "StreamConfiguration", "StreamDef", "StreamDefs", "StreamInformation", "TraceLevel",

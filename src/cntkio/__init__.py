@@ -29,6 +29,7 @@ from cntkio._src.compat.legacy_sources import (  # cntk.io's CNTK 2.0 names (dep
 from cntkio._src.corpus.join import DeserializerJoin, JoinReport, KeyProblems, LengthMismatch
 from cntkio._src.formats.cbf_writer import write_cbf
 from cntkio._src.formats.ctf_writer import sequence_to_cntk_text_format
+from cntkio._src.formats.kaldi import KaldiDeserializer
 from cntkio._src.formats.protocol import ChunkIndex, DenseStream, Deserializer, DeserializerGroup, SparseStream
 from cntkio._src.formats.records import RecordDeserializer
 from cntkio._src.formats.stream_data import UserDataError
@@ -76,6 +77,7 @@ __all__ = [
     "HTKMLFDeserializer",
     "ImageDeserializer",
     "JoinReport",
+    "KaldiDeserializer",
     "KeyProblems",
     "LatticeDeserializer",
     "LengthMismatch",

@@ -320,6 +320,23 @@ def htk_read(
     as_double: bool,
 ) -> tuple[FloatArray, None] | tuple[None, tuple[int, int]]: ...
 
+# -------------------------------------------------------------------------- Kaldi (src/native/kaldi_bindings.cpp)
+def kaldi_header(data: bytes) -> tuple[int, int, int, int, int]: ...
+def kaldi_headers(
+    fd: int, offsets: I64Array, keys: U8Array, key_offsets: I64Array, check_keys: U8Array
+) -> tuple[I32Array, I64Array, I64Array, I64Array, list[tuple[int, str]]]: ...
+def kaldi_read(
+    fds: I32Array,
+    files: I32Array,
+    offsets: I64Array,
+    kinds: I32Array,
+    rows: I64Array,
+    cols: int,
+    left: int,
+    right: int,
+    as_double: bool,
+) -> tuple[FloatArray, None] | tuple[None, tuple[int, int, str]]: ...
+
 # ------------------------------------------- image map and base64 image files (src/native/image_index_bindings.cpp)
 # None, or (message with '{}' for the detail, byte offset, line, column, detail, key, key line index or -1)
 ImageScanFatal = tuple[str, int, int, int, bytes | None, bytes | None, int]

@@ -67,5 +67,6 @@ void bind_records(nanobind::module_& m);       // records_bindings.cpp
 void bind_mlf(nanobind::module_& m);           // mlf_bindings.cpp
 void bind_scp(nanobind::module_& m);           // scp_bindings.cpp
 void bind_htk(nanobind::module_& m);           // htk_bindings.cpp
+void bind_kaldi(nanobind::module_& m);         // kaldi_bindings.cpp: Kaldi matrix headers and decoding
 void bind_image_index(nanobind::module_& m);   // image_index_bindings.cpp
 void bind_image_pixels(nanobind::module_& m);  // image_pixels_bindings.cpp

@@ -1,7 +1,7 @@
 // The native module cntkio._native: its initialisation only. Each area's bindings live in its *_bindings.cpp (the
 // CTF indexer and parser, CBF, key join, randomization, chunk store and gather, record framing, MLF, SCP, HTK,
-// image maps and pixels), registered here. Every entry point checks its arguments; the GIL is released while the
-// byte-level loops run.
+// Kaldi, image maps and pixels), registered here. Every entry point checks its arguments; the GIL is released while
+// the byte-level loops run.
 #include <nanobind/nanobind.h>
 
 #include "bindings.hpp"
@@ -15,6 +15,7 @@ NB_MODULE(_native, m) {
   bind_mlf(m);
   bind_scp(m);
   bind_htk(m);
+  bind_kaldi(m);
   bind_image_index(m);
   bind_image_pixels(m);
   bind_cbf(m);

@@ -62,6 +62,32 @@ def _context(value: Any, name: str) -> tuple[int, int] | None:
     return int(left), int(right)
 
 
+def context_window(dim: int, file_dim: int, context: tuple[int, int] | None, name: str, path: str) -> tuple[int, int]:
+    """The context window of stream ``name`` of configured dimension ``dim`` over features of ``file_dim`` values a
+    frame (those of ``path``): ``context`` when given (then ``dim`` must be ``file_dim``), none when the dimensions
+    agree, else inferred from an odd multiple (CNTK's rule)."""
+    if context is not None:
+        if dim != file_dim:
+            raise ConfigError(
+                f"stream '{name}': shape {dim} differs from the feature dimension {file_dim} of '{path}' "
+                f"(shape is the per-frame dimension; the context window multiplies it)"
+            )
+        return context
+    if dim == file_dim:
+        return 0, 0
+    if dim % file_dim == 0 and (dim // file_dim) % 2 == 1:
+        window = dim // file_dim
+        logger.info(
+            "stream '%s': shape %d is %d frames of the %d-dim features of '%s': context window (%d, %d) inferred",
+            name, dim, window, file_dim, path, window // 2, window // 2,
+        )  # fmt: skip
+        return window // 2, window // 2
+    raise ConfigError(
+        f"stream '{name}': shape {dim} differs from the feature dimension {file_dim} of '{path}' (and is "
+        "not an odd multiple of it, which would select a context window)"
+    )
+
+
 def _describe_kind(header: HTKHeader) -> str:
     return (
         f"{header.base_kind}{header.qualifiers} (parmKind {header.parm_kind:#o}), dim {header.dim}, "
@@ -75,8 +101,9 @@ class _OpenFiles:
     was indexed, unchanged (its :class:`FileIdentity`: inode, size, modification and change times); one kept open
     is checked after each read (:meth:`DataFile.check_unchanged`). Thread-safe."""
 
-    def __init__(self, limit: int):
+    def __init__(self, limit: int, kind: str = "HTK"):
         self.limit = limit
+        self.kind = kind  # how messages name the files
         self.paths: list[str] = []
         # each file's identity when it was indexed (FileIdentity), as columns: no Python object per file
         self._devices, self._inodes = array("Q"), array("Q")
@@ -144,7 +171,7 @@ class _OpenFiles:
         if data_file is not None:
             return data_file
         path = self.paths[file_id]
-        data_file = DataFile(path, "HTK")
+        data_file = DataFile(path, self.kind)
         changes = self.indexed(file_id).changes(data_file.identity)
         if changes:
             data_file.close()
@@ -473,32 +500,13 @@ class HTKFeatureDeserializer(IndexedDeserializer):
         self.errors.add(("utterance", int(scp.source_ids[i]), int(scp.lines[i])), lambda: FormatError(reason, location))
 
     def _configure_dimension(self, header: HTKHeader, path: str) -> None:
-        dim, file_dim, name = self._config_dim, header.dim, self.stream_name
-        if self._context is not None:
-            if dim != file_dim:
-                raise ConfigError(
-                    f"stream '{name}': shape {dim} differs from the feature dimension {file_dim} of '{path}' "
-                    f"(shape is the per-frame dimension; the context window multiplies it)"
-                )
-            left, right = self._context
-        elif dim == file_dim:
-            left = right = 0
-        elif dim % file_dim == 0 and (dim // file_dim) % 2 == 1:
-            window = dim // file_dim
-            left = right = window // 2
-            logger.info(
-                "stream '%s': shape %d is %d frames of the %d-dim features of '%s': context window (%d, %d) inferred",
-                name, dim, window, file_dim, path, left, right,
-            )  # fmt: skip
-        else:
-            raise ConfigError(
-                f"stream '{name}': shape {dim} differs from the feature dimension {file_dim} of '{path}' (and is "
-                "not an odd multiple of it, which would select a context window)"
-            )
+        file_dim = header.dim
+        left, right = context_window(self._config_dim, file_dim, self._context, self.stream_name, path)
         self.context = (left, right)
         self.frame_dim = file_dim
+        width = file_dim * (1 + left + right)
         self.info = StreamInformation(
-            name, 0, "dense", self.dtype, (file_dim * (1 + left + right),), defines_mb_size=self.defines_mb_size
+            self.stream_name, 0, "dense", self.dtype, (width,), defines_mb_size=self.defines_mb_size
         )
         self._infos = [self.info]
 

@@ -1,0 +1,527 @@
+"""Kaldi feature deserializer: utterance matrices of binary Kaldi archives (``.ark``), listed in a ``feats.scp``
+(``key path:offset``) or read from an archive directly.
+
+The index is built from the scp file (or a scan of the archive's headers) and the header of every matrix, read
+by offset; a chunk's matrices are read by offset (``pread``) and decoded natively with the GIL released (float32
+as stored, float64 converted, compressed matrices decompressed as kaldiio does), then expanded by the context
+window. The archives are kept open as HTK's are (a bounded number, checked for in-place changes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import functools
+import hashlib
+import logging
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from cntkio import _native
+from cntkio._src.common.arrays import narrow_lengths
+from cntkio._src.common.errors import ConfigError, FormatError, Location
+from cntkio._src.common.keys import TextKeys
+from cntkio._src.common.streams import StreamDefs, StreamInformation, iter_stream_defs, parse_precision
+from cntkio._src.formats.data_file import DataFile, read_whole, rebuild_unchanged, require_regular_file
+from cntkio._src.formats.error_ledger import ErrorLedger
+from cntkio._src.formats.htk_features import (
+    DEFAULT_CHUNK_FRAMES,
+    FILES_PER_READ,
+    SHOWN_KEYS,
+    _chunk_starts,
+    _context,
+    _file_fingerprint,
+    _narrow,
+    _open_file_limit,
+    _OpenFiles,
+    context_window,
+)
+from cntkio._src.formats.identity import array_digest
+from cntkio._src.formats.protocol import DenseStream, DeserializerGroup, IndexedDeserializer, ParsedChunk, SequenceIndex
+
+logger = logging.getLogger("cntkio")
+
+KINDS = ("FM", "DM", "CM", "CM2", "CM3")  # the native kind codes' names
+_SCP_LINE = re.compile(rb"^[ \t]*(\S+)[ \t]+(\S(?:.*\S)?):([0-9]+)[ \t\r]*$", re.MULTILINE)
+HEADER_BYTES = 22  # the longest matrix header (kaldi.hpp: kMaxHeaderBytes)
+MAX_KEY_BYTES = 4096  # a key longer than this in an archive scanned directly is refused
+SCAN_BLOCK = 1 << 16
+
+
+@dataclass
+class _Entries:
+    """The matrices listed (by the scp files or the archives' scans), in order, as columns."""
+
+    keys: list[str] = dataclasses.field(default_factory=list)
+    paths: list[str] = dataclasses.field(default_factory=list)
+    offsets: list[int] = dataclasses.field(default_factory=list)  # of the "\0B" marker
+    checked_keys: list[bool] = dataclasses.field(default_factory=list)  # whether "key " precedes the offset
+
+    def add(self, key: str, path: str, offset: int, check_key: bool) -> None:
+        self.keys.append(key)
+        self.paths.append(path)
+        self.offsets.append(offset)
+        self.checked_keys.append(check_key)
+
+
+def is_archive(start: bytes) -> bool:
+    """Whether a file starting with ``start`` is a binary Kaldi archive (``key \\0B...``), not an scp list."""
+    space = start.find(b" ", 0, MAX_KEY_BYTES + 1)
+    return space > 0 and start[space + 1 : space + 3] == b"\0B" and not any(c in start[:space] for c in b"\0\n\t\r")
+
+
+class KaldiDeserializer(IndexedDeserializer):
+    """Reads Kaldi feature matrices (one utterance each) of binary archives, listed in ``feats.scp`` files.
+
+    Args:
+        streams: ``StreamDefs(name=StreamDef(shape=DIM, scp=PATH_OR_LIST, context=(LEFT, RIGHT)))``, as
+            :class:`~cntkio.HTKFeatureDeserializer` takes them. ``scp`` names Kaldi scp files (lines
+            ``key path:offset``, the offset of the matrix's ``\\0B`` marker, or ``key path`` for a file holding one
+            matrix) or binary archives (``.ark``), read directly: their headers are scanned, the data skipped.
+            ``DIM`` is the matrices' column count (with ``context=None``, an odd multiple ``w`` of it selects the
+            window ``(w//2, w//2)``); output frames hold ``DIM * (1 + LEFT + RIGHT)`` values, edge frames repeated.
+            ``max_sequence_length``, ``defines_mb_size`` and ``broadcast`` (every matrix one row, repeated to the
+            joined utterance's length) as for HTK features. One stream per deserializer (:meth:`per_stream`).
+        prefix_path: put in front of every archive path of the scp files (relative paths are otherwise taken from
+            the current directory, as Kaldi does).
+        precision: ``'float'`` (float32; double matrices rounded) or ``'double'`` (float64).
+        max_errors: bad utterances tolerated, skipped and counted: a key differing from the archive's, a matrix
+            that is not binary or of another type, a dimension other than the first matrix's, rows x cols past the
+            end of the archive, an archive that cannot be opened. With 0 the first raises a
+            :class:`~cntkio.FormatError` naming the archive, the byte offset and the utterance key.
+        chunk_frames: a new chunk starts when the current one holds more than this many frames.
+
+    Matrices: ``FM`` (float32), ``DM`` (float64), and the compressed ``CM`` (per-column percentiles, one byte a
+    value), ``CM2`` (two bytes a value) and ``CM3`` (one byte a value), decompressed with float32 arithmetic
+    exactly as kaldiio does (Kaldi's own ``CM`` decompression computes the last step in double: it can differ in
+    the last bit). Only binary, little-endian archives are read: text-mode matrices (``[ ... ]``), vectors, pipes
+    (``cmd |``) and row ranges (``path:offset[0:9]``) are refused with a clear error. Archives changed in place
+    after indexing are refused when a chunk reads them.
+
+    Example::
+
+        features = KaldiDeserializer(StreamDefs(feats=StreamDef(shape=40, scp="data/feats.scp", context=(5, 5))))
+        source = MinibatchSource([features, labels], frame_mode=True)
+    """
+
+    @classmethod
+    def per_stream(cls, streams: Any, **kwargs: Any) -> DeserializerGroup:
+        """One deserializer per stream of ``streams`` (the other arguments shared), joined by key."""
+        return DeserializerGroup(cls(StreamDefs(**{name: d}), **kwargs) for name, d in iter_stream_defs(streams))
+
+    def __init__(
+        self,
+        streams: Any,
+        *,
+        prefix_path: str | None = None,
+        precision: str = "float",
+        max_errors: int = 0,
+        chunk_frames: int = DEFAULT_CHUNK_FRAMES,
+        trace_level: int = 1,
+    ):
+        self._arguments = (
+            (streams,),
+            {
+                "prefix_path": prefix_path,
+                "precision": precision,
+                "max_errors": max_errors,
+                "chunk_frames": chunk_frames,
+                "trace_level": trace_level,
+            },
+        )
+        self.trace_level: int = int(trace_level)
+        self._files = _OpenFiles(_open_file_limit(), "Kaldi archive")
+        definitions = list(iter_stream_defs(streams))
+        if len(definitions) != 1:
+            names = ", ".join(name for name, _ in definitions)
+            raise ConfigError(
+                f"KaldiDeserializer reads one stream, got {len(definitions)} ({names}): "
+                "KaldiDeserializer.per_stream(streams, ...) gives one deserializer per stream"
+            )
+        self.stream_name, definition = definitions[0]
+        name = self.stream_name
+        if definition.field is not None:
+            raise ConfigError(f"stream '{name}': field must be None for Kaldi features")
+        if definition.is_sparse:
+            raise ConfigError(f"stream '{name}': Kaldi features are dense")
+        if not definition.scp:
+            raise ConfigError(f"stream '{name}': scp=PATH_OR_LIST (feats.scp files or .ark archives) is required")
+        if definition.shape is None:
+            raise ConfigError(f"stream '{name}': shape (the per-frame dimension) is required")
+        self.broadcast = bool(definition.broadcast)
+        self._config_dim = definition.dim()
+        self._context = _context(definition.context, name)
+        self.dtype = parse_precision(precision)
+        if chunk_frames < 1:
+            raise ConfigError(f"chunk_frames must be >= 1, got {chunk_frames}")
+        self.chunk_frames = int(chunk_frames)
+        limit = definition.max_sequence_length
+        self.max_sequence_length = None if limit is None else int(limit)
+        self.defines_mb_size = bool(definition.defines_mb_size)
+        self.errors: ErrorLedger = ErrorLedger(int(max_errors), self.trace_level)
+        self.prefix_path = prefix_path
+        scp = definition.scp
+        self.scp_files = [os.fspath(scp)] if isinstance(scp, (str, os.PathLike)) else [os.fspath(s) for s in scp]
+        if not self.scp_files:
+            raise ConfigError(f"stream '{name}': scp lists no file")
+        self.filename = self.scp_files[0]
+        self.parsed_files: list[Any] = []
+        self._scp_fingerprint: list[list[Any]] = []
+        try:
+            entries = _Entries()
+            for path in self.scp_files:
+                require_regular_file(path, "Kaldi scp file")  # (read twice: its start, to tell an archive)
+                with open(path, "rb") as f:
+                    start = f.read(MAX_KEY_BYTES + 3)
+                if is_archive(start):
+                    self._scan_archive(path, entries)
+                else:
+                    self._scp_fingerprint.append(_file_fingerprint(path))
+                    _, identities = read_whole([path], functools.partial(self._parse_scp, path, entries))
+                    self.parsed_files.append((path, identities[0]))
+            self._build(entries)
+        except BaseException:
+            self.close()
+            raise
+
+    # --------------------------------------------------------------------------------- index
+    def _parse_scp(self, path: str, entries: _Entries) -> None:
+        """Adds the entries of a Kaldi scp file (``key rxfilename`` lines)."""
+        with open(path, "rb") as f:
+            data = f.read()
+        if b"\0" in data:
+            raise FormatError("a Kaldi scp file is text; this one holds NUL bytes", Location(path, data.find(b"\0")))
+        found = _SCP_LINE.findall(data)
+        if len(found) == sum(1 for line in data.split(b"\n") if line.strip()):  # every line 'key path:offset'
+            keys = [k.decode("utf-8", "surrogateescape") for k, _, _ in found]
+            files = [f.decode("utf-8", "surrogateescape") for _, f, _ in found]
+            if self.prefix_path:
+                files = [os.path.join(self.prefix_path, f) for f in files]
+            entries.keys += keys
+            entries.paths += files
+            entries.offsets += [int(o) for _, _, o in found]
+            entries.checked_keys += [True] * len(found)
+            return
+        offset = 0  # some line is of another form: line by line, naming the line of an error
+        for number, raw in enumerate(data.split(b"\n"), 1):
+            line_offset, offset = offset, offset + len(raw) + 1
+            line = raw.decode("utf-8", "surrogateescape").strip()
+            if not line:
+                continue
+            parts = line.split(None, 1)
+            where = functools.partial(Location, path, line_offset, number)
+            if len(parts) < 2:
+                raise FormatError(f"scp line '{line}' has no file: expected 'key path:offset'", where())
+            key, target = parts[0], parts[1].strip()
+            if target.endswith("|"):
+                raise FormatError(f"'{target}' is a pipe: cntkio reads archives by offset, not commands", where())
+            if target.endswith("]"):
+                raise FormatError(
+                    f"'{target}' selects rows or columns of a matrix ([...]), which cntkio does not read", where()
+                )
+            archive, colon, tail = target.rpartition(":")
+            if colon and tail.isdigit() and archive:
+                file, position, check_key = archive, int(tail), True
+            else:
+                file, position, check_key = target, 0, False  # a file holding one matrix, no key
+            if self.prefix_path:
+                file = os.path.join(self.prefix_path, file)
+            entries.add(key, file, position, check_key)
+
+    def _scan_archive(self, path: str, entries: _Entries) -> None:
+        """Adds the matrices of an archive read directly: each header read, each data skipped by its size. A
+        broken header ends the scan (its size is unknown): the matrix is reported, those before it are kept."""
+        data_file = DataFile(path, "Kaldi archive")
+        try:
+            size = data_file.size
+            position = 0
+            while position < size:
+                block = os.pread(data_file.fd, MAX_KEY_BYTES + 1 + HEADER_BYTES, position)
+                space = block.find(b" ")
+                key_bytes = block[: max(space, 0)]
+                if space <= 0 or any(c in key_bytes for c in b"\0\n\t\r"):
+                    shown = block[:40].decode("utf-8", "backslashreplace")
+                    reason = f"no 'key ' where a matrix of the archive starts (found {shown!r})"
+                    self._bad_at(path, position, None, reason)
+                    break
+                key = key_bytes.decode("utf-8", "surrogateescape")
+                offset = position + space + 1
+                try:
+                    *_, header_bytes, data_bytes = _native.kaldi_header(block[space + 1 :])
+                except ValueError as error:
+                    self._bad_at(path, offset, key, str(error))
+                    break
+                entries.add(key, path, offset, False)
+                position = offset + header_bytes + data_bytes
+        finally:
+            data_file.close()
+        self._scp_fingerprint.append(_file_fingerprint(path))
+
+    def _bad_at(self, path: str, offset: int, key: str | None, reason: str) -> None:
+        location = Location(path, offset, sequence_key=key)
+        if self.errors.max_errors == 0:
+            raise FormatError(reason, location)
+        self.errors.add(("matrix", path, offset), lambda: FormatError(reason, location))
+
+    def _build(self, entries: _Entries) -> None:
+        count = len(entries.keys)
+        if count == 0:
+            raise ConfigError(f"{', '.join(self.scp_files)}: no utterance listed")
+        bad: dict[int, str] = {}  # entry -> why it cannot be read (reported in entry order below)
+        seen: dict[str, int] = {}
+        for i, key in enumerate(entries.keys):
+            first = seen.setdefault(key, i)
+            if first != i:
+                bad[i] = f"key '{key}' listed again (first as entry {first + 1}); the first is read"
+        numbers: dict[str, int] = {}
+        path_ids = np.array([numbers.setdefault(p, len(numbers)) for p in entries.paths], dtype=np.int64)
+        offsets = np.array(entries.offsets, dtype=np.int64)
+        checked = np.array(entries.checked_keys, dtype=np.uint8)
+        encoded = [k.encode("utf-8", "surrogateescape") for k in entries.keys]
+        kinds = np.full(count, -1, dtype=np.int32)
+        rows = np.zeros(count, dtype=np.int64)
+        cols = np.zeros(count, dtype=np.int64)
+        ends = np.zeros(count, dtype=np.int64)
+        sizes = np.zeros(count, dtype=np.int64)
+        file_ids = np.full(count, -1, dtype=np.int64)
+        order = np.argsort(path_ids, kind="stable")
+        bounds = np.flatnonzero(np.diff(path_ids[order], prepend=-1, append=-2))
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):  # each archive: its headers in one native call
+            members = order[a:b]
+            path = entries.paths[int(members[0])]
+            try:
+                file_id = self._files.add(DataFile(path, "Kaldi archive"))
+            except (OSError, FormatError) as error:
+                why = str(error) if isinstance(error, OSError) else f"{error.reason} ({error.location})"
+                for i in members.tolist():
+                    bad.setdefault(i, f"cannot read Kaldi archive '{path}': {why}")
+                continue
+            data_file = self._files.acquire(file_id)
+            try:
+                lengths = np.array([len(encoded[i]) for i in members.tolist()], dtype=np.int64)
+                key_offsets = np.zeros(len(members) + 1, dtype=np.int64)
+                np.cumsum(lengths, out=key_offsets[1:])
+                blob = np.frombuffer(b"".join(encoded[i] for i in members.tolist()), dtype=np.uint8)
+                found = _native.kaldi_headers(data_file.fd, offsets[members], blob, key_offsets, checked[members])
+            finally:
+                self._files.release([file_id])
+            kinds[members], rows[members], cols[members], ends[members] = found[:4]
+            sizes[members] = data_file.size
+            file_ids[members] = file_id
+            for j, why in found[4]:
+                bad.setdefault(int(members[j]), why)
+        good = (kinds >= 0) & np.array([i not in bad for i in range(count)], dtype=bool)
+        if not good.any():
+            for i in sorted(bad):
+                self._bad(self._location(entries, i), bad[i])
+            raise ConfigError(f"{', '.join(self.scp_files)}: no usable utterance")
+        first = int(np.argmax(good))
+        self._configure_dimension(int(cols[first]), entries.paths[first])
+        for i in np.flatnonzero(good & ((cols != cols[first]) | (rows == 0) | (ends > sizes))).tolist():
+            if cols[i] != cols[first]:
+                bad[i] = f"the matrix has {cols[i]} columns, the first one ({entries.keys[first]}) {cols[first]}"
+            elif rows[i] == 0:
+                bad[i] = "the matrix holds no row (no frame)"
+            else:
+                bad[i] = (
+                    f"the {KINDS[kinds[i]]} matrix of {rows[i]} x {cols[i]} needs {ends[i] - offsets[i]} bytes from "
+                    f"offset {offsets[i]}, past the end of the archive ({sizes[i]} bytes): truncated or damaged"
+                )
+        if self.broadcast:
+            for i in np.flatnonzero(good & (rows != 1)).tolist():
+                if i not in bad:
+                    raise FormatError(
+                        f"stream '{self.stream_name}' has broadcast=True, so every matrix must hold exactly one "
+                        f"row; this one holds {rows[i]}",
+                        self._location(entries, i),
+                    )
+        for i in sorted(bad):
+            self._bad(self._location(entries, i), bad[i])
+        keep = good & np.array([i not in bad for i in range(count)], dtype=bool)
+        too_long = keep & (rows > (self.max_sequence_length or np.iinfo(np.int64).max))
+        self.skipped_too_long = int(too_long.sum())
+        if self.skipped_too_long:
+            shown = [entries.keys[i] for i in np.flatnonzero(too_long)[:SHOWN_KEYS].tolist()]
+            logger.warning(
+                "%s: %d utterance(s) longer than max_sequence_length=%d frames skipped: %s%s",
+                self.filename, self.skipped_too_long, self.max_sequence_length, ", ".join(shown),
+                ", ..." if self.skipped_too_long > len(shown) else "",
+            )  # fmt: skip
+        keep &= ~too_long
+        kept = np.flatnonzero(keep)
+        if len(kept) == 0:
+            raise ConfigError(f"{', '.join(self.scp_files)}: no usable utterance")
+        self._file_ids = _narrow(file_ids[kept])
+        self._offsets = offsets[kept]
+        self._kinds = kinds[kept]
+        self._rows = rows[kept]
+        key_lengths = np.array([len(encoded[i]) for i in kept.tolist()], dtype=np.int64)
+        key_offsets = np.zeros(len(kept) + 1, dtype=np.int64)
+        np.cumsum(key_lengths, out=key_offsets[1:])
+        blob = np.frombuffer(b"".join(encoded[i] for i in kept.tolist()), dtype=np.uint8)
+        keys = TextKeys(blob, key_offsets)
+        self._index = SequenceIndex(_chunk_starts(self._rows, self.chunk_frames), narrow_lengths(self._rows), keys)
+
+    def _location(self, entries: _Entries, i: int) -> Location:
+        return Location(entries.paths[i], entries.offsets[i], sequence_key=entries.keys[i])
+
+    def _bad(self, location: Location, reason: str) -> None:
+        if self.errors.max_errors == 0:
+            raise FormatError(reason, location)
+        self.errors.add(("matrix", location.file, location.offset), lambda: FormatError(reason, location))
+
+    def _configure_dimension(self, file_dim: int, path: str) -> None:
+        left, right = context_window(self._config_dim, file_dim, self._context, self.stream_name, path)
+        self.context = (left, right)
+        self.frame_dim = file_dim
+        width = file_dim * (1 + left + right)
+        self.info = StreamInformation(
+            self.stream_name, 0, "dense", self.dtype, (width,), defines_mb_size=self.defines_mb_size
+        )
+        self._infos = [self.info]
+
+    # ------------------------------------------------------------------------------- protocol
+    def identity(self) -> dict[str, Any]:
+        """The index and where each utterance lies (its archive's number and size, its byte offset)."""
+        sizes = np.frombuffer(self._files._sizes, dtype=np.int64)
+        return {**super().identity(), "layout": array_digest([self._file_ids, self._offsets, self._kinds, sizes])}
+
+    def fingerprint(self) -> list[Any]:
+        """The class, the scp files (names, sizes, modification times), and a digest of every archive's name, size
+        and modification time."""
+        digest = hashlib.sha256()
+        for path in self._files.paths:
+            digest.update(os.path.basename(path).encode("utf-8", "surrogateescape") + b"\0")
+        digest.update(self._files.identities())
+        scp = [part for entry in self._scp_fingerprint for part in entry]
+        return [type(self).__name__, *scp, len(self._files.paths), digest.hexdigest()[:32]]
+
+    @property
+    def source_name(self) -> str:
+        return self.filename
+
+    def get_chunk(self, chunk_id: int) -> ParsedChunk:
+        a, b = self._chunk_range(chunk_id)
+        lengths = self._rows[a:b]
+        offsets = np.zeros(b - a + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        file_ids = self._file_ids[a:b]
+        if len(np.unique(file_ids)) <= FILES_PER_READ:
+            values = self._read(a, b)
+            values.flags.writeable = False
+            offsets.flags.writeable = False
+            return ParsedChunk({self.stream_name: DenseStream(values, offsets)})
+        parts = []
+        start = 0
+        while start < b - a:  # matrices of at most FILES_PER_READ archives at a time (one utterance per file)
+            stop, used = start, set[int]()
+            for file_id in file_ids[start:].tolist():
+                if file_id not in used and len(used) == FILES_PER_READ:
+                    break
+                used.add(file_id)
+                stop += 1
+            parts.append(self._read(a + start, a + stop))
+            start = stop
+        values = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        values.flags.writeable = False
+        offsets.flags.writeable = False
+        return ParsedChunk({self.stream_name: DenseStream(values, offsets)})
+
+    def _read(self, a: int, b: int) -> np.ndarray:
+        """Utterances ``[a, b)`` decoded and expanded by the context window; their archives are open (pinned) only
+        meanwhile."""
+        used, local = np.unique(self._file_ids[a:b], return_inverse=True)
+        ids = used.tolist()
+        first = (a + np.unique(local, return_index=True)[1]).tolist()  # the first utterance read from each archive
+        files: list[DataFile] = []
+        try:
+            for file_id, sequence in zip(ids, first):
+                files.append(self._acquire(file_id, sequence))
+            try:
+                left, right = self.context
+                values, bad = _native.kaldi_read(
+                    np.array([f.fd for f in files], dtype=np.int32),
+                    local.astype(np.int32),
+                    self._offsets[a:b],
+                    self._kinds[a:b],
+                    self._rows[a:b],
+                    self.frame_dim,
+                    left,
+                    right,
+                    self.dtype == np.float64,
+                )
+            finally:  # after the read (one fstat an archive): a change before or during it is seen, and explains
+                for data_file, sequence in zip(files, first):
+                    self._check_unchanged(data_file, sequence)
+        finally:
+            self._files.release(ids[: len(files)])
+        if bad is not None:  # the archive changed without a new ctime, or was cut short
+            matrix, offset, reason = bad
+            path = files[int(local[matrix])].path
+            raise FormatError(reason, Location(path, int(offset), sequence_key=self._key(a + int(matrix))))
+        assert values is not None
+        return values
+
+    def _key(self, sequence: int) -> str:
+        return str(self._index.keys.take(np.array([sequence]))[0])
+
+    def _check_unchanged(self, data_file: DataFile, sequence: int) -> None:
+        """Raises if an archive changed since it was indexed; the error names the first utterance read from it."""
+        try:
+            data_file.check_unchanged("indexed")
+        except FormatError as error:
+            raise FormatError(
+                error.reason, dataclasses.replace(error.location, sequence_key=self._key(sequence))
+            ) from None
+
+    def _acquire(self, file_id: int, sequence: int) -> DataFile:
+        """An archive a chunk reads; errors name the first utterance read from it."""
+        try:
+            return self._files.acquire(file_id)
+        except (OSError, FormatError) as error:
+            key, path = self._key(sequence), self._files.paths[file_id]
+            if isinstance(error, OSError):
+                cause = getattr(error.__cause__, "errno", getattr(error, "errno", None))
+                gone = cause in (errno.ENOENT, errno.EACCES, errno.ENOTDIR)
+                reason = f"{error} (it could be read when it was indexed)" if gone else str(error)
+                raise FormatError(reason, Location(path, 0, sequence_key=key)) from None
+            raise FormatError(error.reason, dataclasses.replace(error.location, sequence_key=key)) from None
+
+    def describe(self) -> dict[str, Any]:
+        """Summary (for ``cntkio inspect``)."""
+        kinds = np.bincount(self._kinds, minlength=len(KINDS))
+        return {
+            "scp": list(self.scp_files),
+            "files": len(self._files.paths),
+            "utterances": self._index.num_sequences,
+            "frames": int(self._rows.sum()),
+            "chunks": self.num_chunks(),
+            "matrices": {KINDS[k]: int(n) for k, n in enumerate(kinds.tolist()) if n},
+            "dim": self.frame_dim,
+            "context": self.context,
+            "broadcast": self.broadcast,
+            "skipped_errors": self.errors.count,
+            "skipped_too_long": self.skipped_too_long,
+        }
+
+    def close(self) -> None:
+        """Closes the archives (reading a chunk afterwards raises)."""
+        self._files.close()
+
+    def __del__(self) -> None:
+        files = getattr(self, "_files", None)
+        if files is not None:
+            files.close()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickles as its arguments; the copy indexes the archives again and refuses any that changed."""
+        args, kwargs = self._arguments
+        return (rebuild_unchanged, (type(self), args, kwargs, self.fingerprint(), [i for _, i in self.parsed_files]))
+
+
+__all__: Sequence[str] = ["KaldiDeserializer", "is_archive"]
