@@ -23,6 +23,7 @@ from cntkio import (
     MinibatchSource,
     StreamDef,
     StreamDefs,
+    _native,
 )
 from cntkio.htk import write_mlf
 from order_helpers import keys_of, read, snapshot
@@ -308,7 +309,7 @@ def test_a_key_mismatch_between_scp_and_archive(tmp_path: Path) -> None:
 def test_a_dimension_differing_from_the_first_or_the_stream(tmp_path: Path) -> None:
     first = write(tmp_path, make_utterances(2), name="a")
     other = write(tmp_path, {"wide": frames_of(9, 3, DIM + 1)}, name="b")
-    with pytest.raises(FormatError, match=r"6 columns, the first one .* 5") as error:
+    with pytest.raises(FormatError, match=r"6 columns, the stream's matrices 5 .*'spk_utt000'") as error:
         deserializer([first, other])
     assert error.value.location.sequence_key == "wide"
     assert len(read_all(deserializer([first, other], max_errors=1))) == 2
@@ -316,6 +317,85 @@ def test_a_dimension_differing_from_the_first_or_the_stream(tmp_path: Path) -> N
         deserializer(first, shape=4)
     with pytest.raises(ConfigError, match="shape 5 differs from the feature dimension 6"):
         deserializer(other, context=(1, 1), shape=5)
+
+
+@pytest.mark.parametrize("empty", [(0, 0), (0, DIM), (3, 0)])
+def test_an_empty_matrix_first_is_a_bad_record_not_the_dimension(tmp_path: Path, empty: tuple[int, int]) -> None:
+    utterances = {"empty": np.zeros(empty, np.float32), **make_utterances(2)}  # Kaldi writes an empty one 0 x 0
+    scp = write(tmp_path, utterances)
+    ark = tmp_path / "feats.ark"
+    message = "no row" if empty[0] == 0 else "no column"
+    for source in (scp, ark):  # listed by the scp file, or scanned
+        with pytest.raises(FormatError, match=message) as error:
+            deserializer(source)
+        where = error.value.location
+        assert (where.file, where.offset, where.sequence_key) == (str(ark), scp_offsets(scp)["empty"], "empty")
+        reader = deserializer(source, max_errors=5)
+        assert reader.errors.count == 1 and reader.frame_dim == DIM
+        assert_same(read_all(reader), {k: v for k, v in utterances.items() if k != "empty"})
+    only_empty = write(tmp_path, {"a": np.zeros((0, 0), np.float32), "b": np.zeros(empty, np.float32)}, name="e")
+    with pytest.raises(ConfigError, match="no usable utterance"):
+        deserializer(only_empty, max_errors=5)
+
+
+def test_a_first_matrix_of_another_dimension_is_a_bad_record(tmp_path: Path) -> None:
+    utterances = {"wide": frames_of(9, 2, 3 * DIM), **make_utterances(3)}
+    scp = write(tmp_path, utterances)
+    with pytest.raises(FormatError, match=rf"{3 * DIM} columns, the stream's matrices {DIM} .*'spk_utt000'") as e:
+        deserializer(scp)
+    assert (e.value.location.offset, e.value.location.sequence_key) == (scp_offsets(scp)["wide"], "wide")
+    reader = deserializer(scp, max_errors=5)
+    assert reader.errors.count == 1 and reader.context == (0, 0)
+    assert_same(read_all(reader), {k: v for k, v in utterances.items() if k != "wide"})
+    # shape 3 * DIM with no context: the first matrix fits it exactly (the others, of DIM, are the bad ones) ...
+    assert list(read_all(deserializer(scp, shape=3 * DIM, max_errors=5))) == ["wide"]
+    # ... a first matrix fitting no window is skipped for one whose window is inferred (DIM x 3 frames)
+    odd = {"odd": frames_of(8, 2, DIM + 1), **make_utterances(3)}
+    reader = deserializer(write(tmp_path, odd, name="odd"), shape=3 * DIM, max_errors=5)
+    assert reader.context == (1, 1) and reader.errors.count == 1 and "odd" not in read_all(reader)
+    with pytest.raises(ConfigError, match="not an odd multiple"):  # no matrix fits: the shape is wrong
+        deserializer(scp, shape=DIM + 1, max_errors=5)
+
+
+@pytest.mark.parametrize(
+    ("offset", "message", "in_scp"),
+    [
+        ("9223372036854775800", "past the end of the archive", False),
+        ("9223372036854775807", "past the end of the archive", False),
+        ("9223372036854775808", "not below 2\\*\\*63", True),
+        ("99999999999999999999", "not below 2\\*\\*63", True),
+    ],
+)
+def test_a_huge_scp_offset_is_a_bad_entry(tmp_path: Path, offset: str, message: str, in_scp: bool) -> None:
+    scp = write(tmp_path, make_utterances(2))
+    ark = tmp_path / "feats.ark"
+    bad = tmp_path / "bad.scp"
+    bad.write_text(scp.read_text() + f"huge {ark}:{offset}\n")
+    with pytest.raises(FormatError, match=message) as error:
+        deserializer(bad)
+    where = error.value.location
+    assert where.sequence_key == "huge"
+    assert (where.file, where.line) == ((str(bad), 3) if in_scp else (str(ark), None))
+    reader = deserializer(bad, max_errors=1)
+    assert reader.errors.count == 1 and list(read_all(reader)) == ["spk_utt000", "spk_utt001"]
+
+
+def test_a_header_read_failing_is_reported_for_its_entry(tmp_path: Path) -> None:
+    """The native header reader: a read that fails (here an offset the system refuses) is the entry's error."""
+    scp = write(tmp_path, make_utterances(1))
+    fd = os.open(tmp_path / "feats.ark", os.O_RDONLY)
+    try:
+        keys = np.frombuffer(b"hugespk_utt000", dtype=np.uint8)
+        found = _native.kaldi_headers(
+            fd, np.array([2**63 - 8, scp_offsets(scp)["spk_utt000"]], dtype=np.int64), keys,
+            np.array([0, 4, 14], dtype=np.int64), np.ones(2, dtype=np.uint8),
+        )  # fmt: skip
+    finally:
+        os.close(fd)
+    kinds, rows, cols, _, errors = found
+    assert kinds.tolist()[0] == -1 and (rows[1], cols[1]) == (len(make_utterances(1)["spk_utt000"]), DIM)
+    assert [j for j, _ in errors] == [0]
+    assert "cannot read the matrix header at offset 9223372036854775800" in errors[0][1]
 
 
 def test_text_archives_vectors_pipes_and_ranges_are_refused(tmp_path: Path) -> None:

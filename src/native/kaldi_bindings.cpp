@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -67,6 +68,9 @@ nb::tuple kaldi_headers(int fd, const Vector<int64_t>& offsets, const Vector<uin
         ends[i] = offsets(i) + h.header_bytes + h.data_bytes;
       } catch (const cntkio::kaldi::BadHeader& e) {
         errors.emplace_back(i, e.what());
+      } catch (const std::runtime_error& e) {  // an I/O error (read_some): this entry's, reported as its own
+        errors.emplace_back(i, std::string("cannot read the matrix header at offset ") + std::to_string(offsets(i)) +
+                                   ": " + e.what());
       }
     }
   }

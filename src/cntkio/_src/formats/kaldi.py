@@ -51,6 +51,7 @@ _SCP_LINE = re.compile(rb"^[ \t]*(\S+)[ \t]+(\S(?:.*\S)?):([0-9]+)[ \t\r]*$", re
 HEADER_BYTES = 22  # the longest matrix header (kaldi.hpp: kMaxHeaderBytes)
 MAX_KEY_BYTES = 4096  # a key longer than this in an archive scanned directly is refused
 SCAN_BLOCK = 1 << 16
+MAX_OFFSET = (1 << 63) - 1  # an scp offset beyond this is refused (a bad entry)
 
 
 @dataclass
@@ -91,9 +92,11 @@ class KaldiDeserializer(IndexedDeserializer):
             the current directory, as Kaldi does).
         precision: ``'float'`` (float32; double matrices rounded) or ``'double'`` (float64).
         max_errors: bad utterances tolerated, skipped and counted: a key differing from the archive's, a matrix
-            that is not binary or of another type, a dimension other than the first matrix's, rows x cols past the
-            end of the archive, an archive that cannot be opened. With 0 the first raises a
-            :class:`~cntkio.FormatError` naming the archive, the byte offset and the utterance key.
+            that is not binary or of another type, an empty matrix (no row or no column), a column count other
+            than the stream's (that of the first non-empty matrix fitting ``shape``), rows x cols past the end of
+            the archive, an scp offset past the end of the archive or not below ``2**63``, an archive that cannot be
+            opened or read. With 0 the first raises a :class:`~cntkio.FormatError` naming the archive, the byte
+            offset and the utterance key (an offset not below ``2**63``: the scp file, its line and the key).
         chunk_frames: a new chunk starts when the current one holds more than this many frames.
 
     Matrices: ``FM`` (float32), ``DM`` (float64), and the compressed ``CM`` (per-column percentiles, one byte a
@@ -197,7 +200,8 @@ class KaldiDeserializer(IndexedDeserializer):
         if b"\0" in data:
             raise FormatError("a Kaldi scp file is text; this one holds NUL bytes", Location(path, data.find(b"\0")))
         found = _SCP_LINE.findall(data)
-        if len(found) == sum(1 for line in data.split(b"\n") if line.strip()):  # every line 'key path:offset'
+        below = all(len(o) < len(b"9223372036854775807") for _, _, o in found)  # every offset below 2**63
+        if below and len(found) == sum(1 for line in data.split(b"\n") if line.strip()):  # 'key path:offset' each
             keys = [k.decode("utf-8", "surrogateescape") for k, _, _ in found]
             files = [f.decode("utf-8", "surrogateescape") for _, f, _ in found]
             if self.prefix_path:
@@ -225,8 +229,11 @@ class KaldiDeserializer(IndexedDeserializer):
                     f"'{target}' selects rows or columns of a matrix ([...]), which cntkio does not read", where()
                 )
             archive, colon, tail = target.rpartition(":")
-            if colon and tail.isdigit() and archive:
+            if colon and tail.isascii() and tail.isdigit() and archive:
                 file, position, check_key = archive, int(tail), True
+                if position > MAX_OFFSET:
+                    self._bad(where(sequence_key=key), f"offset {tail} of '{archive}' is not below 2**63")
+                    continue
             else:
                 file, position, check_key = target, 0, False  # a file holding one matrix, no key
             if self.prefix_path:
@@ -303,6 +310,10 @@ class KaldiDeserializer(IndexedDeserializer):
                 continue
             data_file = self._files.acquire(file_id)
             try:
+                past = offsets[members] >= data_file.size  # (never read: a huge offset would fail the read)
+                for i in members[past].tolist():
+                    bad.setdefault(i, f"offset {offsets[i]} is past the end of the archive ({data_file.size} bytes)")
+                members = members[~past]
                 lengths = np.array([len(encoded[i]) for i in members.tolist()], dtype=np.int64)
                 key_offsets = np.zeros(len(members) + 1, dtype=np.int64)
                 np.cumsum(lengths, out=key_offsets[1:])
@@ -320,13 +331,26 @@ class KaldiDeserializer(IndexedDeserializer):
             for i in sorted(bad):
                 self._bad(self._location(entries, i), bad[i])
             raise ConfigError(f"{', '.join(self.scp_files)}: no usable utterance")
-        first = int(np.argmax(good))
-        self._configure_dimension(int(cols[first]), entries.paths[first])
-        for i in np.flatnonzero(good & ((cols != cols[first]) | (rows == 0) | (ends > sizes))).tolist():
-            if cols[i] != cols[first]:
-                bad[i] = f"the matrix has {cols[i]} columns, the first one ({entries.keys[first]}) {cols[first]}"
-            elif rows[i] == 0:
+        empty = good & ((rows == 0) | (cols == 0))  # (Kaldi writes an empty matrix as 0 x 0)
+        reference = self._reference(good & ~empty, cols)
+        if reference is None:  # every matrix empty: none to learn the dimension from
+            for i in np.flatnonzero(empty).tolist():
+                bad[i] = "the matrix holds no row (no frame)" if rows[i] == 0 else "the matrix holds no column"
+            for i in sorted(bad):
+                self._bad(self._location(entries, i), bad[i])
+            raise ConfigError(f"{', '.join(self.scp_files)}: no usable utterance")
+        dim = int(cols[reference])
+        self._configure_dimension(dim, entries.paths[reference])
+        for i in np.flatnonzero(good & (empty | (cols != dim) | (ends > sizes))).tolist():
+            if rows[i] == 0:
                 bad[i] = "the matrix holds no row (no frame)"
+            elif cols[i] == 0:
+                bad[i] = "the matrix holds no column"
+            elif cols[i] != dim:
+                bad[i] = (
+                    f"the matrix has {cols[i]} columns, the stream's matrices {dim} (shape {self._config_dim}; "
+                    f"the first such matrix is '{entries.keys[reference]}')"
+                )
             else:
                 bad[i] = (
                     f"the {KINDS[kinds[i]]} matrix of {rows[i]} x {cols[i]} needs {ends[i] - offsets[i]} bytes from "
@@ -366,6 +390,21 @@ class KaldiDeserializer(IndexedDeserializer):
         blob = np.frombuffer(b"".join(encoded[i] for i in kept.tolist()), dtype=np.uint8)
         keys = TextKeys(blob, key_offsets)
         self._index = SequenceIndex(_chunk_starts(self._rows, self.chunk_frames), narrow_lengths(self._rows), keys)
+
+    def _reference(self, usable: np.ndarray, cols: np.ndarray) -> int | None:
+        """The matrix whose column count is the stream's: the first usable one that fits the configured shape (as
+        many columns, or an odd fraction of them when the context window is inferred), else the first usable one
+        (the shape then refused as a configuration error); None when none is usable. Matrices of other column
+        counts are bad records."""
+        dim = self._config_dim
+        fits = cols == dim
+        if self._context is None:
+            divisor = np.maximum(cols, 1)
+            fits |= (cols > 0) & (dim % divisor == 0) & ((dim // divisor) % 2 == 1)
+        for candidates in (usable & fits, usable):
+            if candidates.any():
+                return int(np.argmax(candidates))
+        return None
 
     def _location(self, entries: _Entries, i: int) -> Location:
         return Location(entries.paths[i], entries.offsets[i], sequence_key=entries.keys[i])
