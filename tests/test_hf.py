@@ -195,3 +195,98 @@ def test_a_chunk_none_of_whose_keys_has_labels_gives_no_row(tmp_path: Path) -> N
     )
     assert data.n_shards > 1
     assert [row["key"] for row in data] == ["spk0_utt00"]
+
+
+def write_mismatched(tmp_path: Path) -> tuple[Any, Any]:
+    """Features with a chunk per sequence and labels whose lengths differ for s1 (whose features have one sample, so
+    a join of its chunk alone takes the labels as the reference) and s2 (a chunk all of whose sequences mismatch)."""
+    (tmp_path / "f.ctf").write_text("s0 |x 0\ns0 |x 0\ns0 |x 0\ns1 |x 1\ns2 |x 2\ns2 |x 2\ns3 |x 3\ns3 |x 3\n")
+    (tmp_path / "l.ctf").write_text("".join(f"{k} |y 0\n" * n for k, n in [("s0", 3), ("s1", 2), ("s2", 5), ("s3", 2)]))
+    features = functools.partial(CTFDeserializer, str(tmp_path / "f.ctf"), StreamDefs(x=StreamDef(shape=1)),
+                                 chunk_size_in_bytes=1)  # fmt: skip
+    labels = functools.partial(CTFDeserializer, str(tmp_path / "l.ctf"), StreamDefs(y=StreamDef(shape=1)))
+    return features, labels
+
+
+def minibatch_keys(deserializers: list[Any], **options: Any) -> list[str]:
+    source = MinibatchSource(deserializers, randomize=False, max_sweeps=1, **options)
+    keys = []
+    while minibatch := source.next_minibatch(1):
+        keys += [str(key) for _, key in minibatch.sequence_keys]
+    source.close()
+    return keys
+
+
+def both_of(features: Any, labels: Any) -> list[Any]:
+    return [features(), labels()]
+
+
+def test_length_mismatch_drop_keeps_in_each_chunk_the_sequences_a_minibatch_source_keeps(tmp_path: Path) -> None:
+    """Each chunk's rows are its share of the whole part's join (one length reference), not a join of the chunk
+    alone: s1 is dropped as MinibatchSource drops it, and the chunk of s2 (dropped) gives no row and no error."""
+    features, labels = write_mismatched(tmp_path)
+    expected = minibatch_keys([features(), labels()], length_mismatch="drop")
+    assert expected == ["s0", "s3"]
+    data = cntkio.hf.iterable_dataset(functools.partial(both_of, features, labels), length_mismatch="drop")
+    assert data.n_shards == 4 and [row["key"] for row in data] == expected
+    padded = cntkio.hf.iterable_dataset(functools.partial(both_of, features, labels))
+    assert [row["key"] for row in padded] == minibatch_keys([features(), labels()]) == ["s0", "s1", "s2", "s3"]
+
+
+def test_parquet_max_errors_is_one_budget_for_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Four bad sequences, a chunk each: past --max-errors the conversion fails (exit 1) naming the record, as a
+    MinibatchSource raises, though no single chunk has more errors than the budget; within it, the good rows."""
+    path = tmp_path / "bad.ctf"
+    path.write_text("".join(f"s{i} |x {i}\ns{i} |x zz\n" for i in range(4)))
+    options = [str(path), "--to", "parquet", "--stream", "x:1:dense", "--chunk-size", "1"]
+    assert main(["convert", options[0], str(tmp_path / "out"), *options[1:], "--max-errors", "2"]) == 1
+    assert "bad.ctf:4:" in capsys.readouterr().err and list((tmp_path / "out").iterdir()) == []
+    assert main(["convert", options[0], str(tmp_path / "one.parquet"), *options[1:], "--max-errors", "2"]) == 1
+    assert not (tmp_path / "one.parquet").exists()
+    assert main(["convert", options[0], str(tmp_path / "out"), *options[1:], "--max-errors", "8"]) == 0
+    assert pq.read_table(str(tmp_path / "out")).column("key").to_pylist() == []  # every sequence damaged
+    capsys.readouterr()
+
+
+def test_parquet_folder_holds_only_the_latest_conversion(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Converting again with fewer chunks removes the earlier conversion's extra chunk files (not other files), so
+    the folder read as a table is this conversion's rows."""
+    path = tmp_path / "data.ctf"
+    path.write_text("".join(f"s{i} |x {i}\n" for i in range(6)))
+    out = tmp_path / "out"
+    options = [str(path), str(out), "--to", "parquet", "--stream", "x:1:dense"]
+    assert main(["convert", *options, "--chunk-size", "1"]) == 0
+    assert len(list(out.glob("data.ctf-*.parquet"))) == 6
+    (out / "other.ctf-000005.parquet").write_bytes((out / "data.ctf-000005.parquet").read_bytes())
+    (out / "notes.txt").write_text("kept")
+    assert main(["convert", *options]) == 0
+    assert sorted(f.name for f in out.iterdir()) == ["data.ctf-000000.parquet", "notes.txt", "other.ctf-000005.parquet"]
+    assert pq.read_table(str(out / "data.ctf-000000.parquet")).column("key").to_pylist() == [f"s{i}" for i in range(6)]
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("option", [["--max-errors", "3"], ["--chunk-size", "100"], ["--max-errors", "0"]])
+def test_a_cbf_input_refuses_options_it_would_ignore(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: list[str]
+) -> None:
+    cbf = Path(__file__).resolve().parents[1] / "examples" / "data" / "sequences.cbf"
+    assert main(["convert", str(cbf), str(tmp_path / "out"), "--to", "parquet", *option]) == 2
+    assert option[0] in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_max_errors_is_a_budget_per_chunk_and_the_errors_are_reported(tmp_path: Path) -> None:
+    """Each chunk is read by a fresh reader: four bad sequences in four chunks with max_errors=2 iterate without
+    error (a MinibatchSource raises), every damaged sequence left out; ``errors_dataset`` gives each chunk's counted
+    errors, naming file, line and key."""
+    from cntkio.hf import errors_dataset
+
+    path = tmp_path / "bad.ctf"
+    path.write_text("".join(f"s{i} |x {i}\ns{i} |x zz\n" for i in range(4)) + "s4 |x 4\n")
+    factory = functools.partial(CTFDeserializer, str(path), StreamDefs(x=StreamDef(shape=1)), chunk_size_in_bytes=1,
+                                max_errors=2)  # fmt: skip
+    assert [row["key"] for row in cntkio.hf.iterable_dataset(factory)] == ["s4"]
+    errors = list(errors_dataset(factory))
+    assert sorted({(e["chunk"], e["key"]) for e in errors}) == [(c, f"s{c}") for c in range(4)]
+    assert {e["line"] for e in errors} == {2, 4, 6, 8} and all(e["source"] == str(path) for e in errors)
+    with pytest.raises(cntkio.MaxErrorsExceeded):
+        minibatch_keys([factory()])

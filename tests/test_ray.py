@@ -352,3 +352,43 @@ def test_encoded_images_are_the_bytes_of_their_files(local_ray: Any, tmp_path: P
     assert keys == ["0", "1", "2", "3", "4", "6", "7"]
     errors = datasource.errors().take_all()
     assert len(errors) == 1 and errors[0]["key"] is not None and "missing.png" in errors[0]["message"]
+
+
+def test_each_block_keeps_the_sequences_of_the_whole_join(local_ray: Any, tmp_path: Path) -> None:
+    """length_mismatch='drop': a task's rows are its chunk's share of the join the driver made of the whole part
+    (one length reference, as MinibatchSource), not a join of its chunk alone: s1 (one feature sample, two label
+    samples) is dropped, and s2's chunk (all its sequences mismatched) gives no row instead of failing the task."""
+    (tmp_path / "f.ctf").write_text("s0 |x 0\ns0 |x 0\ns0 |x 0\ns1 |x 1\ns2 |x 2\ns2 |x 2\ns3 |x 3\ns3 |x 3\n")
+    (tmp_path / "l.ctf").write_text("".join(f"{k} |y 0\n" * n for k, n in [("s0", 3), ("s1", 2), ("s2", 5), ("s3", 2)]))
+
+    def both() -> list[Any]:
+        return [CTFDeserializer(str(tmp_path / "f.ctf"), StreamDefs(x=StreamDef(shape=1)), chunk_size_in_bytes=1),
+                CTFDeserializer(str(tmp_path / "l.ctf"), StreamDefs(y=StreamDef(shape=1)))]  # fmt: skip
+
+    source = MinibatchSource(both(), randomize=False, max_sweeps=1, length_mismatch="drop")
+    minibatch = source.next_minibatch(10_000)
+    source.close()
+    expected = [str(key) for _, key in minibatch.sequence_keys]
+    datasource = DeserializerDatasource(both(), length_mismatch="drop")
+    assert len(datasource.chunk_plan.tasks) == 4 and datasource.join_reports[0].dropped == 2
+    rows = datasource.dataset().take_all()
+    assert sorted(r["key"] for r in rows) == expected == ["s0", "s3"]
+    assert all(r["x.samples"] == r["y.samples"] for r in rows)
+
+
+def test_invalid_base64_of_encoded_images_is_a_bad_record(local_ray: Any, tmp_path: Path) -> None:
+    """``encoded=True`` on a base64 file: a line that is not base64 is raised under max_errors=0 (naming its line), as
+    the decoding reader raises it; otherwise counted (an error record) and its row left out."""
+    lines = (EXAMPLES / "images" / "images.b64").read_text().splitlines()
+    key, label, _ = lines[4].split("\t")
+    lines[4] = f"{key}\t{label}\t!!!not base64!!!"
+    (tmp_path / "images.b64").write_text("\n".join(lines) + "\n")
+    strict = ImageDatasource(str(tmp_path / "images.b64"), IMAGES, base64=True, encoded=True, images_per_chunk=3)
+    with pytest.raises(Exception, match=r"images\.b64:5:.*invalid base64"):
+        strict.dataset().take_all()
+    lenient = ImageDatasource(str(tmp_path / "images.b64"), IMAGES, base64=True, encoded=True, images_per_chunk=3,
+                              max_errors=2)  # fmt: skip
+    keys = sorted(r["key"] for r in lenient.dataset().take_all())
+    assert keys == sorted(line.split("\t")[0] for n, line in enumerate(lines) if n != 4)
+    errors = lenient.errors().take_all()
+    assert len(errors) == 1 and errors[0]["line"] == 5 and errors[0]["key"] == key

@@ -9,13 +9,19 @@ values are lists), so inferred streams need no ``--infer-dims`` there.
 Parquet output (the columns of :mod:`cntkio._src.integrations.chunk_rows`: ``file``, ``chunk``, ``row``, ``key`` and
 per stream the flattened samples or the sparse indices, values and entries): ``OUT`` a folder gets a file per chunk,
 ``<input name>-<chunk>.parquet``; ``OUT.parquet`` one file with a row group per chunk. Each is written under a
-temporary name and renamed when complete, and depends only on the input and the chunk size."""
+temporary name and renamed when every chunk is written, and depends only on the input and the chunk size. In a
+folder, the files of an earlier conversion of the same input (``<input name>-NNNNNN.parquet``) that this one does not
+rewrite (it has fewer chunks) are then removed, so the folder read as a dataset holds this conversion's rows only
+(other files are left alone). ``--max-errors`` is one budget for the whole file, as when writing CBF: the chunks are
+read in order by one reader, which fails past it naming the record. A CBF input has no bad records to skip and keeps
+its own chunks, so ``--max-errors`` and ``--chunk-size`` are refused with it."""
 
 from __future__ import annotations
 
 import argparse
 import functools
 import os
+import re
 import sys
 from typing import Any
 
@@ -70,11 +76,15 @@ def add_command(commands: Any) -> None:
         "Without this flag, convert refuses to write an inferred sparse dimension",
     )  # fmt: skip
     convert.add_argument(
-        "--chunk-size", metavar="BYTES", type=positive_int, default=DEFAULT_CBF_CHUNK_SIZE_IN_BYTES,
-        help=f"CBF chunk size; with --to parquet, the CTF chunk size (default {DEFAULT_CBF_CHUNK_SIZE_IN_BYTES})",
+        "--chunk-size", metavar="BYTES", type=positive_int, default=None,
+        help=f"CBF chunk size; with --to parquet, the CTF chunk size (default {DEFAULT_CBF_CHUNK_SIZE_IN_BYTES}; "
+        "not for a CBF input, whose chunks are kept)",
     )  # fmt: skip
     convert.add_argument("--precision", choices=("float", "double"), default="float", help="value type")
-    convert.add_argument("--max-errors", metavar="N", type=int, default=0, help="bad records to skip (default 0)")
+    convert.add_argument(
+        "--max-errors", metavar="N", type=int, default=None,
+        help="bad records to skip in the whole file (default 0; not for a CBF input)",
+    )  # fmt: skip
     add_progress_option(convert)
     convert.set_defaults(handler=run_convert)
 
@@ -89,6 +99,9 @@ def run_convert(args: argparse.Namespace) -> int:
         if args.to == "parquet" and detection.format == registry.CBF.name:
             if args.streams is not None or args.infer_dims:
                 return fail("convert", "a CBF file's streams are in its header: give no --stream or --infer-dims")
+            if args.max_errors is not None or args.chunk_size is not None:
+                return fail("convert", "a CBF file has no bad records to skip and keeps its chunks: give no "
+                            "--max-errors or --chunk-size with a CBF input")  # fmt: skip
             written = write_parquet(functools.partial(CBFDeserializer, path, None, precision=args.precision), path,
                                     args.output)  # fmt: skip
             print(f"{path} -> {args.output}: {written} Parquet file(s)")
@@ -113,15 +126,17 @@ def run_convert(args: argparse.Namespace) -> int:
             if bounds and not args.infer_dims and args.to == "cbf":
                 return fail("convert", _lower_bounds_message(path, specs, bounds))
         definitions = {s.name: s.stream_def() for s in specs}
+        max_errors = 0 if args.max_errors is None else args.max_errors
+        chunk_size = DEFAULT_CBF_CHUNK_SIZE_IN_BYTES if args.chunk_size is None else args.chunk_size
         if args.to == "parquet":
             ctf = functools.partial(CTFDeserializer, path, definitions, precision=args.precision,
-                                    max_errors=args.max_errors, chunk_size_in_bytes=args.chunk_size)  # fmt: skip
+                                    max_errors=max_errors, chunk_size_in_bytes=chunk_size)  # fmt: skip
             written = write_parquet(ctf, path, args.output)
             print(f"{path} -> {args.output}: {written} Parquet file(s)")
             return EXIT_OK
-        source = CTFDeserializer(path, definitions, precision=args.precision, max_errors=args.max_errors)
+        source = CTFDeserializer(path, definitions, precision=args.precision, max_errors=max_errors)
         try:
-            write(source, args.output, chunk_size_in_bytes=args.chunk_size, progress=args.progress)
+            write(source, args.output, chunk_size_in_bytes=chunk_size, progress=args.progress)
         finally:
             source.close()
     except FormatError as e:
@@ -153,24 +168,36 @@ def write_parquet(factory: Any, path: str, output: str) -> int:
         temporary = f"{output}.{os.getpid()}.tmp"
         try:
             with pq.ParquetWriter(temporary, plan.schema()) as writer:
-                for part, chunk in plan.tasks:
-                    writer.write_table(plan.read(part, chunk))  # a row group per chunk
+                for table in plan.tables():  # one reader: one max_errors budget for the file
+                    writer.write_table(table)  # a row group per chunk
             os.replace(temporary, output)
         finally:
             if os.path.exists(temporary):
                 os.unlink(temporary)
         return 1
     os.makedirs(output, exist_ok=True)
-    for part, chunk in plan.tasks:
-        target = os.path.join(output, f"{name}-{chunk:06d}.parquet")
-        temporary = f"{target}.{os.getpid()}.tmp"
-        try:
-            pq.write_table(plan.read(part, chunk), temporary)
+    written: list[tuple[str, str]] = []  # (temporary, target)
+    try:
+        for chunk, table in enumerate(plan.tables()):  # one part (one file): chunks numbered as the plan's
+            target = os.path.join(output, f"{name}-{chunk:06d}.parquet")
+            written.append((f"{target}.{os.getpid()}.tmp", target))
+            pq.write_table(table, written[-1][0])
+        for temporary, target in written:  # every chunk read: the old output is replaced only now
             os.replace(temporary, target)
-        finally:
+    finally:
+        for temporary, _ in written:
             if os.path.exists(temporary):
                 os.unlink(temporary)
-    return len(plan.tasks)
+    _remove_stale(output, name, {os.path.basename(target) for _, target in written})
+    return len(written)
+
+
+def _remove_stale(folder: str, name: str, kept: set[str]) -> None:
+    """Removes the chunk files of an earlier conversion of input ``name`` (``name-NNNNNN.parquet``) not in ``kept``."""
+    pattern = re.compile(re.escape(name) + r"-[0-9]{6,}\.parquet")
+    for entry in os.listdir(folder):
+        if entry not in kept and pattern.fullmatch(entry):
+            os.unlink(os.path.join(folder, entry))
 
 
 def _lower_bounds_message(path: str, specs: list[StreamSpec], bounds: list[StreamSpec]) -> str:

@@ -5,10 +5,12 @@ A corpus is read in *parts*, each made by a picklable *factory*: a callable (``f
 class, or a module-level function) returning a deserializer, a plug-in, a group, or a list of them — primary first,
 joined by key as :class:`~cntkio.MinibatchSource` joins them (:func:`cntkio._src.corpus.join.join`). A CTF corpus of
 several files is a part per file; HTK features with MLF labels, or an image map, one part. A :class:`ChunkPlan`
-opens each part once (in the driver) to learn its streams and chunks; :func:`read_chunk` then opens the part
-again wherever it runs (a Ray task, a DataLoader worker), parses one chunk of its primary, looks up the secondaries'
-sequences by key (parsing only the secondary chunks holding them) and returns one Arrow table, a row per joined
-sequence:
+opens each part once (in the driver) to learn its streams and chunks and, for joined deserializers, to join the whole
+part (:class:`PartJoin`: the sequences kept and the secondaries' matches, as :class:`~cntkio.MinibatchSource` joins
+them); :func:`read_chunk` then opens the part again wherever it runs (a Ray task, a DataLoader worker), parses one
+chunk of its primary, takes the chunk's share of that join (:class:`ChunkJoin`; never a join of the chunk alone,
+which could keep or drop other sequences), parses only the secondary chunks holding its matches and returns one
+Arrow table, a row per joined sequence:
 
 ========================================  ==========================================================================
 column                                    holds
@@ -21,8 +23,11 @@ column                                    holds
 ========================================  ==========================================================================
 
 Sequences a counted error damaged (``max_errors``; in any of the joined deserializers) and primary sequences a
-secondary lacks are left out, as :func:`cntkio.write_cbf` leaves them out. Sweep-dependent data (random image
-augmentation) is read as sweep ``sweep`` reads it: drawn from (seed, sweep, key, view), the same in any task.
+secondary lacks are left out, as :func:`cntkio.write_cbf` leaves them out. :func:`read_chunk` reads with a fresh
+reader, so ``max_errors`` is that chunk's budget (each task's, in Ray and ``datasets``); :meth:`ChunkPlan.tables`
+reads each part's chunks in order with one reader, spending one budget over the part as a MinibatchSource does.
+Sweep-dependent data (random image augmentation) is read as sweep ``sweep`` reads it: drawn from (seed, sweep, key,
+view), the same in any task.
 
 :func:`chunk_errors` gives the errors a chunk's read counts, as a table (:data:`ERROR_COLUMNS`). This module needs
 pyarrow (imported when first used).
@@ -114,14 +119,55 @@ def close_part(factory: Factory, deserializers: list[Deserializer]) -> None:
 
 
 @dataclass(frozen=True)
+class ChunkJoin:
+    """One primary chunk's share of its part's join: the chunk's rows kept (counted from the chunk's first
+    sequence) and, per secondary, the sequence joined to each kept row."""
+
+    rows: np.ndarray
+    matches: tuple[np.ndarray, ...]
+
+
+@dataclass(frozen=True)
+class PartJoin:
+    """The join of a whole part (as :class:`~cntkio.MinibatchSource` joins it: one length reference, one set of
+    sequences kept), cut into the primary's chunks by :meth:`chunk`. A chunk's rows are its slice of this join, never
+    a join of the chunk alone (which could keep or drop other sequences)."""
+
+    kept: np.ndarray | None  # absolute primary rows kept (None: all)
+    matches: tuple[np.ndarray, ...]
+    chunk_starts: np.ndarray
+
+    @staticmethod
+    def of(deserializers: Sequence[Deserializer], length_mismatch: LengthMismatch) -> tuple[PartJoin, JoinReport]:
+        primary = deserializers[0].sequence_index()
+        joined = join(deserializers, 0, primary.num_sequences, length_mismatch=length_mismatch)
+        starts = np.asarray(primary.chunk_starts, dtype=np.int64)
+        return PartJoin(joined.kept, tuple(joined.matches), starts), joined.report
+
+    def chunk(self, chunk: int) -> ChunkJoin:
+        first, stop = int(self.chunk_starts[chunk]), int(self.chunk_starts[chunk + 1])
+        if self.kept is None:
+            return ChunkJoin(np.arange(stop - first, dtype=np.int64), tuple(m[first:stop] for m in self.matches))
+        lo, hi = (int(i) for i in np.searchsorted(self.kept, [first, stop]))
+        rows = np.asarray(self.kept[lo:hi], dtype=np.int64) - first
+        return ChunkJoin(rows, tuple(m[lo:hi] for m in self.matches))
+
+
+@dataclass(frozen=True)
 class PartInfo:
-    """What the plan knows of a part: its factory, its primary's chunks, an estimate of each chunk's bytes."""
+    """What the plan knows of a part: its factory, its primary's chunks, an estimate of each chunk's bytes and, for
+    joined deserializers, the part's join (each chunk's task is given its share: :meth:`chunk_join`)."""
 
     number: int
     factory: Factory
     name: str
     chunk_bytes: tuple[int, ...]
     join_report: JoinReport | None
+    joined: PartJoin | None = None
+
+    def chunk_join(self, chunk: int) -> ChunkJoin | None:
+        """Chunk ``chunk``'s share of the part's join (None: a single deserializer)."""
+        return None if self.joined is None else self.joined.chunk(chunk)
 
 
 class ChunkPlan:
@@ -153,13 +199,11 @@ class ChunkPlan:
                     self.stream_infos, self.encoded = infos, encoded_streams(deserializers)
                 elif _described(infos) != _described(self.stream_infos):
                     raise ConfigError(f"{deserializers[0].source_name}: its streams differ from the first part's")
-                report = None
+                report, joined = None, None
                 if len(deserializers) > 1:
-                    report = join(deserializers, 0, deserializers[0].sequence_index().num_sequences,
-                                  length_mismatch=self.length_mismatch).report  # fmt: skip
-                self.parts.append(
-                    PartInfo(number, factory, deserializers[0].source_name, _chunk_bytes(deserializers[0]), report)
-                )
+                    joined, report = PartJoin.of(deserializers, self.length_mismatch)
+                name = deserializers[0].source_name
+                self.parts.append(PartInfo(number, factory, name, _chunk_bytes(deserializers[0]), report, joined))
             finally:
                 close_part(factory, deserializers)
         names = [info.name for info in self.stream_infos]
@@ -175,12 +219,26 @@ class ChunkPlan:
         return [(p.number, c) for p in self.parts for c in range(len(p.chunk_bytes))]
 
     def read(self, part: int, chunk: int) -> Any:
-        """The rows of one chunk (:func:`read_chunk`)."""
-        return read_chunk(self.parts[part].factory, part, chunk, self.sweep, self.length_mismatch)
+        """The rows of one chunk (:func:`read_chunk`; a fresh reader, so ``max_errors`` is this chunk's budget)."""
+        info = self.parts[part]
+        return read_chunk(info.factory, part, chunk, self.sweep, self.length_mismatch, info.chunk_join(chunk))
 
     def errors(self, part: int, chunk: int) -> Any:
         """The errors reading one chunk counts (:func:`chunk_errors`)."""
-        return chunk_errors(self.parts[part].factory, part, chunk, self.sweep, self.length_mismatch)
+        info = self.parts[part]
+        return chunk_errors(info.factory, part, chunk, self.sweep, self.length_mismatch, info.chunk_join(chunk))
+
+    def tables(self) -> Iterator[Any]:
+        """The rows of every chunk, in order (:attr:`tasks`), each part's chunks read by one reader: its
+        deserializers count errors over the whole part, so ``max_errors`` is the part's budget, as a
+        :class:`~cntkio.MinibatchSource` reading it spends it (past it, the deserializer raises)."""
+        for info in self.parts:
+            reader = _PartReader(info.factory, self.sweep, self.length_mismatch, info.joined)
+            try:
+                for chunk in range(len(info.chunk_bytes)):
+                    yield reader.table(info.number, chunk)
+            finally:
+                reader.close()
 
     def schema(self) -> Any:
         return schema(self.stream_infos, self.encoded)
@@ -262,9 +320,16 @@ def _invalid(chunk: Any, count: int) -> np.ndarray:
 class _PartReader:
     """One chunk's read of a part: its deserializers open, the secondaries' chunks parsed as needed."""
 
-    def __init__(self, factory: Factory, sweep: int, length_mismatch: LengthMismatch):
+    def __init__(self, factory: Factory, sweep: int, length_mismatch: LengthMismatch, joined: PartJoin | None = None):
         self.factory, self.sweep, self.length_mismatch = factory, sweep, length_mismatch
         self.deserializers = open_part(factory)
+        self._joined = joined
+
+    def _chunk_join(self, chunk: int) -> ChunkJoin:
+        """The chunk's share of the whole part's join (joined here once per reader when the plan gave none)."""
+        if self._joined is None:
+            self._joined = PartJoin.of(self.deserializers, self.length_mismatch)[0]
+        return self._joined.chunk(chunk)
 
     def close(self) -> None:
         close_part(self.factory, self.deserializers)
@@ -274,7 +339,7 @@ class _PartReader:
             return deserializer.get_chunk_of_sweep(chunk, self.sweep)
         return deserializer.get_chunk(chunk)
 
-    def table(self, number: int, chunk: int) -> Any:
+    def table(self, number: int, chunk: int, joined: ChunkJoin | None = None) -> Any:
         pa = _pyarrow()
         primary = self.deserializers[0]
         starts = primary.sequence_index().chunk_starts
@@ -284,17 +349,13 @@ class _PartReader:
         data = self._parse(primary, chunk)
         keys = primary.chunk_index(chunk).keys
         rows = np.arange(stop - first, dtype=np.int64)  # of the primary chunk, the joined ones
-        matches: list[np.ndarray] = []
+        matches: Sequence[np.ndarray] = []
         if len(self.deserializers) > 1:
-            try:
-                joined = join(self.deserializers, first, stop, length_mismatch=self.length_mismatch)
-                if joined.kept is not None:
-                    rows = joined.kept - first
-                matches = joined.matches
-            except ConfigError as error:
-                if not str(error).startswith("Could not reconcile"):
-                    raise
-                rows, matches = rows[:0], [rows[:0] for _ in self.deserializers[1:]]  # no key of the chunk joins
+            if joined is None:
+                joined = self._chunk_join(chunk)
+            rows, matches = np.asarray(joined.rows, dtype=np.int64), joined.matches
+            if len(matches) != len(self.deserializers) - 1 or (len(rows) and int(rows[-1]) >= stop - first):
+                raise ConfigError(f"{primary.source_name}: chunk {chunk}'s join does not fit the deserializers")
         keep = ~_invalid(data, stop - first)[rows]
         columns: dict[str, Any] = {}
         for info in primary.stream_infos():
@@ -350,17 +411,22 @@ class _PartReader:
 
 
 def read_chunk(factory: Factory, number: int, chunk: int, sweep: int = 0,
-               length_mismatch: LengthMismatch | str = LengthMismatch.PAD) -> Any:  # fmt: skip
-    """The rows of chunk ``chunk`` of the part ``factory`` makes (numbered ``number``), as one Arrow table."""
+               length_mismatch: LengthMismatch | str = LengthMismatch.PAD,
+               joined: ChunkJoin | None = None) -> Any:  # fmt: skip
+    """The rows of chunk ``chunk`` of the part ``factory`` makes (numbered ``number``), as one Arrow table.
+    ``joined``: the chunk's share of the part's join (:meth:`PartInfo.chunk_join`); without it the whole part is
+    joined here (so the chunk keeps the sequences a :class:`~cntkio.MinibatchSource` keeps). A fresh reader:
+    ``max_errors`` is this chunk's budget."""
     reader = _PartReader(factory, sweep, LengthMismatch.parse(length_mismatch))
     try:
-        return reader.table(number, chunk)
+        return reader.table(number, chunk, joined)
     finally:
         reader.close()
 
 
 def chunk_errors(factory: Factory, number: int, chunk: int, sweep: int = 0,
-                 length_mismatch: LengthMismatch | str = LengthMismatch.PAD) -> Any:  # fmt: skip
+                 length_mismatch: LengthMismatch | str = LengthMismatch.PAD,
+                 joined: ChunkJoin | None = None) -> Any:  # fmt: skip
     """The errors counted (``max_errors``) while reading chunk ``chunk`` of a part, as a table of
     :data:`ERROR_COLUMNS`: those of its primary chunk and of the secondary chunks it reads; the errors found while
     indexing (before any chunk is read) come with chunk 0. A fresh reader counts them, so each task reports its own."""
@@ -368,7 +434,7 @@ def chunk_errors(factory: Factory, number: int, chunk: int, sweep: int = 0,
     try:
         ledgers = [ledger for d in reader.deserializers for ledger, _ in d.ledgers()]
         before = [0 if chunk == 0 else len(ledger.errors) for ledger in ledgers]
-        reader.table(number, chunk)
+        reader.table(number, chunk, joined)
         found = [error for ledger, b in zip(ledgers, before) for error in ledger.errors[b:]]
     finally:
         reader.close()

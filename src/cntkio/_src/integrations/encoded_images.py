@@ -3,8 +3,10 @@ gives each sequence its file's bytes (:class:`~cntkio._src.integrations.chunk_ro
 :class:`cntkio.ray.ImageDatasource` with ``encoded=True`` (a ``large_binary`` column: the JPEG or PNG as it is).
 
 It reads through :class:`~cntkio._src.formats.image.ImageDeserializer` (the index, the keys and labels, zip archives
-and base64 decoding) without decoding or transforming: an image file that cannot be read is counted under
-``max_errors`` (an error naming the map file's line), one whose bytes do not decode is not noticed here.
+and base64 decoding) without decoding or transforming: an image file that cannot be read, or a base64 line that is
+not valid base64, is a bad record under ``max_errors`` (an error naming the file's line: raised when
+``max_errors=0``, otherwise counted and the sequence skipped); image bytes that do not decode as an image are not
+noticed here (they are given as they are).
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ class EncodedImages(Deserializer):
         views = images._views
         items: list[bytes] = []
         invalid = np.zeros(b - a, dtype=np.uint8)
+        reported = -1
         for sequence in range(a, b):
             image = sequence // views
             try:
@@ -72,8 +75,12 @@ class EncodedImages(Deserializer):
                 if images.errors.max_errors == 0:
                     raise
                 images.errors.add(("image", image), functools.partial(_given, error), kind="bad image", chunk=chunk_id)
-                data = None
-            if data is None:
+                data, reported = None, image
+            if data is None:  # invalid base64: counted (or raised) as the decoding reader does
+                if image != reported:  # once per image (not per view), as the decoding reader counts it
+                    reported = image
+                    reason = f"cannot decode {images._image_name(image)} (invalid base64)"
+                    images._bad(image, reason, images._where(image), chunk_id)
                 invalid[sequence - a] = UNUSABLE
             items.append(b"" if data is None else bytes(data))
         offsets = np.arange(b - a + 1, dtype=np.int64)

@@ -9,6 +9,10 @@ each read their own chunks, never the same sequence twice. Rows have the columns
 (``file``, ``chunk``, ``row``, ``key`` and per stream the flattened samples or the sparse indices, values and entries),
 with the features of their Arrow schema.
 
+Each chunk is read by a fresh reader, so ``max_errors`` is a budget per chunk (not one for the corpus, as in a
+:class:`~cntkio.MinibatchSource`): a chunk fails while iterating when its own counted errors pass it.
+:func:`errors_dataset` gives the errors the chunks' reads count.
+
 Install with ``pip install "cntkio[hf]"`` (``datasets``).
 
 Example::
@@ -27,7 +31,7 @@ from typing import Any
 
 from cntkio._src.integrations.chunk_rows import ChunkPlan
 
-__all__ = ["iterable_dataset"]
+__all__ = ["errors_dataset", "iterable_dataset"]
 
 
 def _datasets() -> Any:
@@ -65,4 +69,28 @@ def iterable_dataset(source: Any, *, sweep: int = 0, length_mismatch: str = "pad
     features = datasets.Features.from_arrow_schema(plan.schema())
     return datasets.IterableDataset.from_generator(
         _rows, features=features, gen_kwargs={"plan": plan, "chunks": plan.tasks}
+    )
+
+
+def _errors(plan: ChunkPlan, chunks: Sequence[tuple[int, int]]) -> Iterator[dict[str, Any]]:
+    """The error records of the given (part, chunk) pairs' reads, in order."""
+    for part, chunk in chunks:
+        yield from plan.errors(part, chunk).to_pylist()
+
+
+def errors_dataset(source: Any, *, sweep: int = 0, length_mismatch: str = "pad") -> Any:
+    """The errors the reads of :func:`iterable_dataset` count under ``max_errors``, as a ``datasets.IterableDataset``
+    with a row per error and a shard per chunk (columns ``file`` (the part), ``chunk``, ``source``, ``offset``,
+    ``line``, ``column``, ``key``, ``reason``, ``message``: those of ``cntkio.ray``'s ``datasource.errors()``). Each
+    chunk is parsed again by a fresh reader, giving what a read of that chunk counts (its own ``max_errors`` budget);
+    the errors found while indexing come with each part's chunk 0. Arguments as :func:`iterable_dataset`."""
+    datasets = _datasets()
+    plan = getattr(source, "chunk_plan", None)
+    if not isinstance(plan, ChunkPlan):
+        plan = ChunkPlan(source, sweep=sweep, length_mismatch=length_mismatch)
+    from cntkio._src.integrations.chunk_rows import errors_table
+
+    features = datasets.Features.from_arrow_schema(errors_table(0, 0, []).schema)
+    return datasets.IterableDataset.from_generator(
+        _errors, features=features, gen_kwargs={"plan": plan, "chunks": plan.tasks}
     )

@@ -121,9 +121,10 @@ class DeserializerDatasource(Datasource):  # type: ignore[misc]
 
     def _tasks(self, read: Any) -> list[Any]:
         plan = self._plan
+        options = (plan.sweep, plan.length_mismatch)  # and each task's share of its part's join
         return [
             ReadTask(
-                functools.partial(_one_table, read, part.factory, part.number, chunk, plan.sweep, plan.length_mismatch),
+                functools.partial(_one_table, read, part.factory, part.number, chunk, *options, part.chunk_join(chunk)),
                 BlockMetadata(num_rows=None, size_bytes=size, exec_stats=None, input_files=(part.name,)),
             )
             for part in plan.parts
