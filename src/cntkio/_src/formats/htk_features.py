@@ -250,7 +250,64 @@ def _open_file_limit() -> int:
     return max(4, min(MAX_OPEN_FILES, soft // 4))
 
 
-class HTKFeatureDeserializer(IndexedDeserializer):
+class FeatureStreamOptions(IndexedDeserializer):
+    """The base of the HTK and Kaldi feature deserializers: the stream options they share (one dense stream listed by
+    SCP files), checked and set by :meth:`_configure_feature_stream`."""
+
+    trace_level: int
+    stream_name: str
+    broadcast: bool
+    _config_dim: int
+    _context: tuple[int, int] | None
+    dtype: np.dtype[Any]
+    chunk_frames: int
+    max_sequence_length: int | None
+    defines_mb_size: bool
+    errors: ErrorLedger
+    scp_files: list[str]
+
+    def _configure_feature_stream(
+        self, streams: Any, kind: str, scp_hint: str, precision: str, max_errors: int, chunk_frames: int
+    ) -> str:
+        """Checks the one stream of a ``kind`` ("HTK", "Kaldi") feature deserializer and sets the options above;
+        returns the stream's name."""
+        reader = f"{kind}FeatureDeserializer" if kind == "HTK" else f"{kind}Deserializer"
+        definitions = list(iter_stream_defs(streams))
+        if not definitions:
+            raise ConfigError(f"{reader} needs at least one stream")
+        if len(definitions) > 1:
+            names = ", ".join(name for name, _ in definitions)
+            raise ConfigError(
+                f"{reader} reads one stream, got {len(definitions)} ({names}): "
+                f"{reader}.per_stream(streams, ...) gives one deserializer per stream"
+            )
+        name, definition = definitions[0]
+        self.stream_name = name
+        if definition.field is not None:
+            raise ConfigError(f"stream '{name}': field must be None for {kind} features")
+        if definition.is_sparse:
+            raise ConfigError(f"stream '{name}': {kind} features are dense")
+        if not definition.scp:
+            raise ConfigError(f"stream '{name}': {scp_hint} is required")
+        if definition.shape is None:
+            raise ConfigError(f"stream '{name}': shape (the per-frame dimension) is required")
+        self.broadcast = bool(definition.broadcast)
+        self._config_dim = definition.dim()
+        self._context = _context(definition.context, name)
+        self.dtype = parse_precision(precision)
+        if chunk_frames < 1:
+            raise ConfigError(f"chunk_frames must be >= 1, got {chunk_frames}")
+        self.chunk_frames = int(chunk_frames)
+        limit = definition.max_sequence_length
+        self.max_sequence_length = None if limit is None else int(limit)
+        self.defines_mb_size = bool(definition.defines_mb_size)
+        self.errors = ErrorLedger(int(max_errors), self.trace_level)
+        scp = definition.scp
+        self.scp_files = [os.fspath(scp)] if isinstance(scp, (str, os.PathLike)) else [os.fspath(s) for s in scp]
+        return name
+
+
+class HTKFeatureDeserializer(FeatureStreamOptions):
     """Reads HTK features of utterances listed in SCP files (``cntk.io.HTKFeatureDeserializer``).
 
     Args:
@@ -318,38 +375,7 @@ class HTKFeatureDeserializer(IndexedDeserializer):
         )
         self.trace_level: int = int(trace_level)
         self._files = _OpenFiles(_open_file_limit())
-        definitions = list(iter_stream_defs(streams))
-        if not definitions:
-            raise ConfigError("HTKFeatureDeserializer needs at least one stream")
-        if len(definitions) > 1:
-            names = ", ".join(name for name, _ in definitions)
-            raise ConfigError(
-                f"HTKFeatureDeserializer reads one stream, got {len(definitions)} ({names}): "
-                "HTKFeatureDeserializer.per_stream(streams, ...) gives one deserializer per stream"
-            )
-        self.stream_name, definition = definitions[0]
-        name = self.stream_name
-        if definition.field is not None:
-            raise ConfigError(f"stream '{name}': field must be None for HTK features")
-        if definition.is_sparse:
-            raise ConfigError(f"stream '{name}': HTK features are dense")
-        if not definition.scp:
-            raise ConfigError(f"stream '{name}': scp=PATH_OR_LIST is required")
-        if definition.shape is None:
-            raise ConfigError(f"stream '{name}': shape (the per-frame dimension) is required")
-        self.broadcast = bool(definition.broadcast)
-        self._config_dim = definition.dim()
-        self._context = _context(definition.context, name)
-        self.dtype = parse_precision(precision)
-        if chunk_frames < 1:
-            raise ConfigError(f"chunk_frames must be >= 1, got {chunk_frames}")
-        self.chunk_frames = int(chunk_frames)
-        limit = definition.max_sequence_length
-        self.max_sequence_length = None if limit is None else int(limit)
-        self.defines_mb_size = bool(definition.defines_mb_size)
-        self.errors: ErrorLedger = ErrorLedger(int(max_errors), self.trace_level)
-        scp = definition.scp
-        self.scp_files = [os.fspath(scp)] if isinstance(scp, (str, os.PathLike)) else [os.fspath(s) for s in scp]
+        name = self._configure_feature_stream(streams, "HTK", "scp=PATH_OR_LIST", precision, max_errors, chunk_frames)
         if not self.scp_files:
             raise ConfigError(f"stream '{name}': scp lists no file")
         self.filename = self.scp_files[0]

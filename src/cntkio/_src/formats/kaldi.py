@@ -26,15 +26,14 @@ from cntkio import _native
 from cntkio._src.common.arrays import narrow_lengths
 from cntkio._src.common.errors import ConfigError, FormatError, Location
 from cntkio._src.common.keys import TextKeys
-from cntkio._src.common.streams import StreamDefs, StreamInformation, iter_stream_defs, parse_precision
+from cntkio._src.common.streams import StreamDefs, StreamInformation, iter_stream_defs
 from cntkio._src.formats.data_file import DataFile, read_whole, rebuild_unchanged, require_regular_file
-from cntkio._src.formats.error_ledger import ErrorLedger
 from cntkio._src.formats.htk_features import (
     DEFAULT_CHUNK_FRAMES,
     FILES_PER_READ,
     SHOWN_KEYS,
+    FeatureStreamOptions,
     _chunk_starts,
-    _context,
     _file_fingerprint,
     _narrow,
     _open_file_limit,
@@ -42,7 +41,7 @@ from cntkio._src.formats.htk_features import (
     context_window,
 )
 from cntkio._src.formats.identity import array_digest
-from cntkio._src.formats.protocol import DenseStream, DeserializerGroup, IndexedDeserializer, ParsedChunk, SequenceIndex
+from cntkio._src.formats.protocol import DenseStream, DeserializerGroup, ParsedChunk, SequenceIndex
 
 logger = logging.getLogger("cntkio")
 
@@ -76,7 +75,7 @@ def is_archive(start: bytes) -> bool:
     return space > 0 and start[space + 1 : space + 3] == b"\0B" and not any(c in start[:space] for c in b"\0\n\t\r")
 
 
-class KaldiDeserializer(IndexedDeserializer):
+class KaldiDeserializer(FeatureStreamOptions):
     """Reads Kaldi feature matrices (one utterance each) of binary archives, listed in ``feats.scp`` files.
 
     Args:
@@ -139,37 +138,10 @@ class KaldiDeserializer(IndexedDeserializer):
         )
         self.trace_level: int = int(trace_level)
         self._files = _OpenFiles(_open_file_limit(), "Kaldi archive")
-        definitions = list(iter_stream_defs(streams))
-        if len(definitions) != 1:
-            names = ", ".join(name for name, _ in definitions)
-            raise ConfigError(
-                f"KaldiDeserializer reads one stream, got {len(definitions)} ({names}): "
-                "KaldiDeserializer.per_stream(streams, ...) gives one deserializer per stream"
-            )
-        self.stream_name, definition = definitions[0]
-        name = self.stream_name
-        if definition.field is not None:
-            raise ConfigError(f"stream '{name}': field must be None for Kaldi features")
-        if definition.is_sparse:
-            raise ConfigError(f"stream '{name}': Kaldi features are dense")
-        if not definition.scp:
-            raise ConfigError(f"stream '{name}': scp=PATH_OR_LIST (feats.scp files or .ark archives) is required")
-        if definition.shape is None:
-            raise ConfigError(f"stream '{name}': shape (the per-frame dimension) is required")
-        self.broadcast = bool(definition.broadcast)
-        self._config_dim = definition.dim()
-        self._context = _context(definition.context, name)
-        self.dtype = parse_precision(precision)
-        if chunk_frames < 1:
-            raise ConfigError(f"chunk_frames must be >= 1, got {chunk_frames}")
-        self.chunk_frames = int(chunk_frames)
-        limit = definition.max_sequence_length
-        self.max_sequence_length = None if limit is None else int(limit)
-        self.defines_mb_size = bool(definition.defines_mb_size)
-        self.errors: ErrorLedger = ErrorLedger(int(max_errors), self.trace_level)
+        name = self._configure_feature_stream(
+            streams, "Kaldi", "scp=PATH_OR_LIST (feats.scp files or .ark archives)", precision, max_errors, chunk_frames
+        )
         self.prefix_path = prefix_path
-        scp = definition.scp
-        self.scp_files = [os.fspath(scp)] if isinstance(scp, (str, os.PathLike)) else [os.fspath(s) for s in scp]
         if not self.scp_files:
             raise ConfigError(f"stream '{name}': scp lists no file")
         self.filename = self.scp_files[0]
