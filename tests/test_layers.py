@@ -36,6 +36,7 @@ FACES = {
     "cntkio.grain": "grain",
     "cntkio.ray": "ray",
     "cntkio.hf": "datasets",
+    "cntkio.remote": None,
     "cntkio.transforms": None,
     "cntkio.htk": None,
     "cntkio.equal_steps": None,

@@ -12,7 +12,7 @@ from sphinx.environment import BuildEnvironment
 from sphinx.util import logging
 
 PUBLIC = ("cntkio", "cntkio.torch", "cntkio.jax", "cntkio.grain", "cntkio.ray", "cntkio.transforms", "cntkio.htk",
-          "cntkio.equal_steps", "cntkio.hf", "cntkio.brainscript")  # fmt: skip
+          "cntkio.equal_steps", "cntkio.hf", "cntkio.remote", "cntkio.brainscript")  # fmt: skip
 logger = logging.getLogger(__name__)
 
 

@@ -19,6 +19,8 @@ FloatArray = npt.NDArray[np.float32 | np.float64]
 # an array of any element type (a chunk's values: float, int, uint or bool)
 ValuesArray = npt.NDArray[np.generic]
 
+def release_range(fd: int, offset: int, size: int) -> None: ...
+
 class ShortRead(EOFError):
     """A file ended before a read did (truncated since it was indexed)."""
 

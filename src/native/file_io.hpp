@@ -10,6 +10,9 @@
 #include <vector>
 
 #include <fcntl.h>
+#if defined(__linux__)
+#include <linux/falloc.h>
+#endif
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -41,6 +44,21 @@ inline int64_t read_some(int fd, int64_t offset, int64_t size, char* out) {
 inline void read_exact(int fd, int64_t offset, int64_t size, char* out) {
   const int64_t done = read_some(fd, offset, size, out);
   if (done < size) throw ShortRead(offset + done);
+}
+
+// Frees the disk blocks of bytes [offset, offset + size) of the file open as fd, keeping its size (a hole reads as
+// zeros). Returns 0, or the errno of the call; where the system cannot punch holes, does nothing (the blocks stay).
+inline int release_range(int fd, int64_t offset, int64_t size) {
+#if defined(__linux__) && defined(FALLOC_FL_PUNCH_HOLE)
+  if (::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset), static_cast<off_t>(size)) != 0) {
+    return errno == EOPNOTSUPP ? 0 : errno;
+  }
+#else
+  (void)fd;
+  (void)offset;
+  (void)size;
+#endif
+  return 0;
 }
 
 // Reads the whole file at `path` (regular file, pipe or device: up to its end) into `out`; returns 0, or the errno

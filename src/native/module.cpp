@@ -7,6 +7,10 @@
 #include "bindings.hpp"
 #include "file_io.hpp"
 
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
 namespace nb = nanobind;
 
 NB_MODULE(_native, m) {
@@ -20,6 +24,16 @@ NB_MODULE(_native, m) {
   bind_image_pixels(m);
   bind_cbf(m);
   nb::exception<cntkio::ShortRead>(m, "ShortRead", PyExc_EOFError);  // a file ended before a read (file_io.hpp)
+  m.def(
+      "release_range",
+      [](int fd, int64_t offset, int64_t size) {
+        if (offset < 0 || size < 0) throw nb::value_error("release_range: offset and size must be >= 0");
+        const int error = cntkio::release_range(fd, offset, size);
+        if (error != 0) throw std::runtime_error(std::string("release_range: ") + std::strerror(error));
+      },
+      nb::arg("fd"), nb::arg("offset"), nb::arg("size"),
+      "Free the disk blocks of bytes [offset, offset + size) of the file open as fd, keeping its size (staging files "
+      "of remote data); does nothing where holes cannot be punched.");
   bind_ctf(m);
   bind_keys(m);
   bind_order(m);

@@ -12,10 +12,12 @@ from cntkio._src.common.arrays import narrow_lengths
 from cntkio._src.common.errors import ConfigError, FormatError, Location
 from cntkio._src.common.keys import RangeKeys
 from cntkio._src.common.streams import StreamInformation, iter_stream_defs, parse_precision
-from cntkio._src.formats.data_file import DataFile, FileBacked
+from cntkio._src.formats.data_file import FileBacked, open_data_file
 from cntkio._src.formats.identity import file_entry
 from cntkio._src.formats.protocol import DenseStream, IndexedDeserializer, ParsedChunk, SequenceIndex, SparseStream
 from cntkio._src.formats.shards import Sharded
+
+_CHUNK_ENTRY = np.dtype([("offset", "<i8"), ("sequences", "<u4"), ("samples", "<u4")])  # the header's chunk table
 
 
 class CBFDeserializer(Sharded, FileBacked, IndexedDeserializer):
@@ -59,7 +61,7 @@ class CBFDeserializer(Sharded, FileBacked, IndexedDeserializer):
         if unknown:
             raise ConfigError(f"CBFDeserializer: unknown option(s) {sorted(unknown)}")
         self.trace_level: int = int(trace_level)
-        self.data_file = DataFile(self.filename, "CBF")
+        self.data_file = open_data_file(self.filename, "CBF")
         self._files = [self.data_file]
         try:
             self._file = self._open_native()
@@ -71,9 +73,30 @@ class CBFDeserializer(Sharded, FileBacked, IndexedDeserializer):
 
     def _open_native(self) -> Any:
         try:
-            return _native.CbfFile(self.data_file.fd, self.data_file.size)
+            with self.data_file.staged(self._header_ranges()):  # (a remote object: what the native open reads)
+                return _native.CbfFile(self.data_file.fd, self.data_file.size)
         except _native.CbfError as error:
             raise self._format_error(error) from None
+
+    def _header_ranges(self) -> list[tuple[int, int]]:
+        """What opening the file reads, for a remote object (fetched first, in two rounds: the version and the
+        header offset at the end; then the header and each chunk's sequence lengths). A local file: nothing."""
+        size = self.data_file.size
+        if not self.data_file.is_remote or size < 36:
+            return []
+        _, tail = self.data_file.read_ranges([(0, 12), (size - 8, size)])
+        header = int.from_bytes(tail, "little", signed=True)
+        if not 12 <= header <= size - 24:
+            return [(0, 12), (size - 8, size)]  # (the native open says what is wrong)
+        (table,) = self.data_file.read_ranges([(header, size)])
+        chunks = int.from_bytes(table[8:12], "little")
+        ranges = [(0, 12), (header, size)]
+        if chunks > 0 and chunks * 16 <= len(table) - 8:
+            entries = np.frombuffer(table[len(table) - 8 - chunks * 16 : len(table) - 8], dtype=_CHUNK_ENTRY)
+            starts = entries["offset"].astype(np.int64)
+            ends = starts + entries["sequences"].astype(np.int64) * 4
+            ranges += [(int(a), int(b)) for a, b in zip(starts.tolist(), np.minimum(ends, size).tolist())]
+        return ranges
 
     def _streams(self, streams: Any, precision: str | None) -> tuple[list[StreamInformation], list[int]]:
         """The exposed streams (renamed as asked) and, for each, its column in the file."""
@@ -136,7 +159,8 @@ class CBFDeserializer(Sharded, FileBacked, IndexedDeserializer):
         self._chunk_range(chunk_id)
         self.data_file.require_open()
         try:
-            columns = self._file.decode(chunk_id)
+            with self.data_file.staged([(int(self._chunk_offsets[chunk_id]), int(self._chunk_offsets[chunk_id + 1]))]):
+                columns = self._file.decode(chunk_id)
         except _native.CbfError as error:
             self.data_file.check_unchanged("indexed")  # a changed file explains the damage
             raise self._format_error(error) from None

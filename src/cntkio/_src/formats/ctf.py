@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import os
@@ -17,7 +18,7 @@ from cntkio._src.common.errors import ConfigError, FormatError, Location
 from cntkio._src.common.keys import KeyColumn, NumericKeys, RangeKeys, TextKeys
 from cntkio._src.common.streams import StreamInformation, check_stream_set, iter_stream_defs, parse_precision
 from cntkio._src.common.system import available_cores, parse_parallelism
-from cntkio._src.formats.data_file import DataFile, FileBacked
+from cntkio._src.formats.data_file import FileBacked, open_data_file
 from cntkio._src.formats.error_ledger import ANY_CHUNK, ErrorLedger, ErrorRows
 from cntkio._src.formats.identity import DIGEST_SCHEME, file_entry, index_digest
 from cntkio._src.formats.index_cache import IndexCache, narrowest
@@ -181,19 +182,24 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
 
     # ----------------------------------------------------------------------------------- index
     def _open(self) -> None:
-        self.data_file = DataFile(self.filename, "CTF")
+        self.data_file = open_data_file(self.filename, "CTF")
         self._files = [self.data_file]
         self.file_size = self.data_file.size
 
     def _build_index(self) -> None:
         defining = next((i for i, s in enumerate(self._streams) if s.defines_mb_size), -1)
         cache = self._index_cache(defining) if self.cache_index else None
+        with cache.exclusive() if cache is not None else contextlib.nullcontext():  # (ranks on one node: one builds)
+            self._load_or_build_index(cache, defining)
+
+    def _load_or_build_index(self, cache: IndexCache | None, defining: int) -> None:
         cached = cache.load() if cache is not None else None
         index = _unflatten(cached, self.file_size) if cached is not None else None
         built = index is None
         if index is None:
             try:
-                index = _compact_ranges(self._native_index(defining))
+                with self.data_file.staged([(0, self.file_size)]):  # (a remote object: fetched as it is indexed)
+                    index = _compact_ranges(self._native_index(defining))
             except RuntimeError as error:  # an I/O error while reading the file
                 raise OSError(f"cannot index CTF file '{self.filename}': {error}") from None
         if index["fatal"]:
@@ -282,7 +288,7 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
 
     def _read_record(self, start: int, end: int) -> bytes:
         """A bad record's bytes (for the quarantine file)."""
-        return os.pread(self.data_file.fd, end - start, start)
+        return self.data_file.read_ranges([(start, end)])[0]
 
     def _warn_about_index(self) -> None:
         if self.trace_level < 1:
@@ -332,20 +338,21 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
         start, end = int(starts[0]), int(ends[-1])
         self.data_file.require_open()
         try:
-            streams, errors, stats = _native.ctf_parse(
-                self.data_file.fd,
-                start,
-                end,
-                int(self._chunk_first_lines[chunk_id]),
-                starts - start,
-                ends - start,
-                int(self.id_mode),
-                self._aliases,
-                self.dtype == np.float64,
-                not self.compat,
-                threads=min(parse_parallelism(), 8),  # idle parse threads help parse this chunk
-                lengths=self._index.lengths[a:b].astype(np.int64),  # output buffers sized once
-            )
+            with self.data_file.staged([(start, end)]):  # (a remote object: the chunk's bytes fetched)
+                streams, errors, stats = _native.ctf_parse(
+                    self.data_file.fd,
+                    start,
+                    end,
+                    int(self._chunk_first_lines[chunk_id]),
+                    starts - start,
+                    ends - start,
+                    int(self.id_mode),
+                    self._aliases,
+                    self.dtype == np.float64,
+                    not self.compat,
+                    threads=min(parse_parallelism(), 8),  # idle parse threads help parse this chunk
+                    lengths=self._index.lengths[a:b].astype(np.int64),  # output buffers sized once
+                )
         except _native.ShortRead:
             self.data_file.check_unchanged("indexed")
             raise FormatError(

@@ -13,9 +13,11 @@ import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, TypeVar
 
-from cntkio._src.common.errors import FormatError, Location
+from cntkio._src.common.errors import ConfigError, FormatError, Location
+from cntkio._src.formats import remote
 
 T = TypeVar("T")
+REMOTE_DEVICE = (1 << 63) - 1  # a remote object's device; its inode and mtime are a number of its version
 
 
 def _umask() -> int:
@@ -69,6 +71,12 @@ class FileIdentity(NamedTuple):
     def changes(self, now: FileIdentity) -> list[str]:
         """What differs in ``now`` (empty when nothing does), in words, for error messages."""
         found = []
+        if REMOTE_DEVICE in (self.device, now.device):
+            if (now.device, now.inode) != (self.device, self.inode):
+                found.append("another version of the object (its ETag, generation or version id changed)")
+            if now.size != self.size:
+                found.append(f"size {self.size} -> {now.size} bytes")
+            return found
         if (now.device, now.inode) != (self.device, self.inode):
             found.append(f"another file (inode {self.inode} -> {now.inode}: replaced, copied or restored)")
         if now.size != self.size:
@@ -143,6 +151,23 @@ def require_regular_file(path: str, what: str, location: Location | None = None,
     )
 
 
+def open_data_file(path: str, kind: str, *, allow_empty: bool = False) -> DataFile:
+    """The data file ``path`` open for reading by offset: a :class:`DataFile`, or a :class:`RemoteDataFile` when
+    ``path`` is a URL of remote storage (:func:`~cntkio._src.formats.remote.is_remote`)."""
+    if remote.is_remote(path):
+        return RemoteDataFile(path, kind, allow_empty=allow_empty)
+    return DataFile(path, kind, allow_empty=allow_empty)
+
+
+def refuse_remote(path: str, what: str) -> None:
+    """Raises a :class:`ConfigError` when ``path`` is remote: ``what`` is read from local files only."""
+    if remote.is_remote(path):
+        raise ConfigError(
+            f"{path}: {what} are read from local files only (remote storage is read for CTF, CBF, HTK features with "
+            "their SCP and MLF files, and Base64 image files); copy the data to a local disk"
+        )
+
+
 class DataFile:
     """An open regular file: ``fd``, ``size`` and its :class:`FileIdentity` when it was opened (``identity``).
 
@@ -154,7 +179,8 @@ class DataFile:
 
     def __init__(self, path: str, kind: str, *, allow_empty: bool = False):
         self.path = path
-        self.fd = -1
+        self._fd = -1
+        refuse_remote(path, f"{kind} files")
         checked_name(path, f"{kind} file")
         try:
             # O_NONBLOCK: opening a FIFO must not wait for a writer (it is then refused below)
@@ -172,9 +198,35 @@ class DataFile:
         if info.st_size == 0 and not allow_empty:
             os.close(fd)
             raise FormatError("input file is empty", Location(path, 0, 1, 1))
-        self.fd = fd
+        self._fd = fd
         self.size = info.st_size
         self.identity = FileIdentity.of(info)
+
+    @property
+    def fd(self) -> int:
+        """The descriptor to read by offset (-1 once closed)."""
+        return self._fd
+
+    @property
+    def cache_name(self) -> str:
+        """What an index cache is named after: the absolute path (a URL for remote data)."""
+        return os.path.abspath(self.path)
+
+    @property
+    def is_remote(self) -> bool:
+        return False
+
+    def staged(self, ranges: Sequence[tuple[int, int]]) -> contextlib.AbstractContextManager[None]:
+        """Makes the byte ranges ``[start, end)`` readable through ``fd`` while the block runs (a local file's
+        are; a remote object's are fetched, :class:`RemoteDataFile`)."""
+        del ranges
+        return contextlib.nullcontext()
+
+    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """The bytes of each range ``[start, end)`` (fewer at the end of the file)."""
+        self.require_open()
+        with self.staged(ranges):
+            return [_pread_all(self.fd, end - start, start) for start, end in ranges]
 
     def require_open(self) -> None:
         """Raises ``ValueError`` once the file is closed (before a read, which would otherwise fail on a bad fd)."""
@@ -196,9 +248,76 @@ class DataFile:
         return [os.path.basename(self.path), self.identity.size, self.identity.mtime_ns]
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+class RemoteDataFile(DataFile):
+    """A remote object (any fsspec URL) read by offset like a :class:`DataFile`: ``fd`` is its staging file, in
+    which :meth:`staged` fetches the ranges a read needs (:class:`~cntkio._src.formats.remote.RemoteObject`). Its
+    ``identity`` holds its version (ETag, generation or version id) as a number in place of the inode, and
+    :data:`REMOTE_DEVICE`; :meth:`check_unchanged` asks the store for the version and size (one request)."""
+
+    def __init__(self, path: str, kind: str, *, allow_empty: bool = False):  # (no super: no local file to open)
+        self.path = path
+        self._closed = False
+        self.object = remote.RemoteObject(checked_name(path, f"{kind} file"), kind)
+        self.size = self.object.size
+        if self.size == 0 and not allow_empty:
+            raise FormatError("input object is empty", Location(path, 0, 1, 1))
+        version = self.object.identity_number()
+        self.identity = FileIdentity(REMOTE_DEVICE, version, self.size, version, 0)
+
+    @property
+    def fd(self) -> int:
+        return -1 if self._closed else self.object.fd
+
+    @property
+    def cache_name(self) -> str:
+        return self.path
+
+    @property
+    def is_remote(self) -> bool:
+        return True
+
+    def require_open(self) -> None:
+        if self._closed:
+            raise ValueError(f"{self.path}: the deserializer is closed")
+
+    def staged(self, ranges: Sequence[tuple[int, int]]) -> contextlib.AbstractContextManager[None]:
+        self.require_open()
+        return self.object.staged(list(ranges))
+
+    def check_unchanged(self, since: str) -> None:
+        self.require_open()
+        self.object.check_unchanged(since)
+
+    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        result = super().read_ranges(ranges)
+        self.check_unchanged("indexed")
+        return result
+
+    def fingerprint(self) -> list[Any]:
+        return [os.path.basename(self.path), self.size, self.object.version]
+
+    def close(self) -> None:
+        if not getattr(self, "_closed", True):
+            self._closed = True
+            self.object.close()
+
+
+def _pread_all(fd: int, count: int, offset: int) -> bytes:
+    """``count`` bytes at ``offset`` (fewer only at the end of the file)."""
+    parts = []
+    while count > 0:
+        part = os.pread(fd, count, offset)
+        if not part:
+            break
+        parts.append(part)
+        count -= len(part)
+        offset += len(part)
+    return b"".join(parts)
 
 
 class FileBacked:
@@ -271,7 +390,30 @@ def read_whole(paths: Sequence[str], parse: Callable[[], T]) -> tuple[T, list[Fi
     return result, before
 
 
+def read_listing(path: str, what: str) -> bytes:
+    """The whole of a small file read whole (a state list, a list of files): a local regular file or pipe, or a
+    remote object."""
+    if remote.is_remote(path):
+        listing = RemoteDataFile(path, what, allow_empty=True)
+        try:
+            return listing.read_ranges([(0, listing.size)])[0]
+        finally:
+            listing.close()
+    require_regular_file(path, what, pipe=True)  # a device (/dev/zero) would be read without end
+    with open(path, "rb") as file:
+        return file.read()
+
+
+def read_identity(path: str) -> FileIdentity:
+    """The identity of a remote object now (one metadata request)."""
+    found = RemoteDataFile(path, "listing", allow_empty=True)
+    found.close()
+    return found.identity
+
+
 def _regular_identity(path: str) -> FileIdentity | None:
+    if remote.is_remote(path):
+        return read_identity(path)
     try:
         info = os.stat(path)
     except (OSError, ValueError):  # (a NUL in the name: refused, named, by the parse)

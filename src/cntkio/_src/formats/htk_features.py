@@ -8,6 +8,7 @@ needs them, and a bounded number stays open.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import hashlib
@@ -27,7 +28,16 @@ from cntkio import _native
 from cntkio._src.common.arrays import narrow_lengths
 from cntkio._src.common.errors import ConfigError, FormatError, Location
 from cntkio._src.common.streams import StreamDefs, StreamInformation, iter_stream_defs, parse_precision
-from cntkio._src.formats.data_file import DataFile, FileIdentity, checked_name, read_whole, rebuild_unchanged
+from cntkio._src.formats import remote
+from cntkio._src.formats.data_file import (
+    DataFile,
+    FileIdentity,
+    checked_name,
+    open_data_file,
+    read_identity,
+    read_whole,
+    rebuild_unchanged,
+)
 from cntkio._src.formats.error_ledger import ErrorLedger
 from cntkio._src.formats.htk_files import HTKHeader, read_header_at
 from cntkio._src.formats.identity import array_digest
@@ -171,7 +181,7 @@ class _OpenFiles:
         if data_file is not None:
             return data_file
         path = self.paths[file_id]
-        data_file = DataFile(path, self.kind)
+        data_file = open_data_file(path, self.kind)
         changes = self.indexed(file_id).changes(data_file.identity)
         if changes:
             data_file.close()
@@ -202,6 +212,19 @@ class _OpenFiles:
             for data_file in self._open.values():
                 data_file.close()
             self._open.clear()
+
+
+def _header_of(data_file: DataFile) -> HTKHeader:
+    """The header of an open HTK file (of a remote object: its first bytes fetched, then the rest of a compressed
+    file's header when it is longer)."""
+    if not data_file.is_remote:
+        return read_header_at(data_file.fd, data_file.path)
+    with data_file.staged([(0, min(data_file.size, 4096))]):
+        header = read_header_at(data_file.fd, data_file.path)
+    if header.data_offset > 4096:
+        with data_file.staged([(0, min(data_file.size, header.data_offset))]):
+            header = read_header_at(data_file.fd, data_file.path)
+    return header
 
 
 @dataclass(frozen=True)
@@ -512,9 +535,9 @@ class HTKFeatureDeserializer(FeatureStreamOptions):
         self._index = SequenceIndex(_chunk_starts(lengths, self.chunk_frames), narrow_lengths(lengths), keys)
 
     def _open(self, path: str) -> tuple[DataFile, HTKHeader]:
-        data_file = DataFile(path, "HTK")
+        data_file = open_data_file(path, "HTK")
         try:
-            return data_file, read_header_at(data_file.fd, path)
+            return data_file, _header_of(data_file)
         except BaseException:
             data_file.close()
             raise
@@ -597,25 +620,33 @@ class HTKFeatureDeserializer(FeatureStreamOptions):
             try:
                 scale = bias = _NO_VECTORS
                 if self.header.compressed:  # each file's A/B vectors, read again with its header
-                    headers = [read_header_at(f.fd, f.path) for f in files]
+                    headers = [_header_of(f) for f in files]
                     scale = np.stack([h.scale for h in headers])  # type: ignore[misc]
                     bias = np.stack([h.bias for h in headers])  # type: ignore[misc]
-                values, short = _native.htk_read(
-                    np.array([f.fd for f in files], dtype=np.int32),
-                    self._swap[used],
-                    np.full(len(ids), self.header.data_offset, dtype=np.int64),
-                    scale,
-                    bias,
-                    self.header.compressed,
-                    self.frame_dim,
-                    local.astype(np.int32),
-                    runs.first_frames,
-                    runs.frames,
-                    offsets,
-                    left,
-                    right,
-                    as_double,
-                )
+                staged = contextlib.ExitStack()
+                for j, data_file in enumerate(files):  # (remote objects: the runs' bytes fetched)
+                    if data_file.is_remote:
+                        mine, frame = local == j, self.header.sample_size
+                        first = self.header.data_offset + runs.first_frames[mine].astype(np.int64) * frame
+                        ends = first + runs.frames[mine].astype(np.int64) * frame
+                        staged.enter_context(data_file.staged(list(zip(first.tolist(), ends.tolist()))))
+                with staged:
+                    values, short = _native.htk_read(
+                        np.array([f.fd for f in files], dtype=np.int32),
+                        self._swap[used],
+                        np.full(len(ids), self.header.data_offset, dtype=np.int64),
+                        scale,
+                        bias,
+                        self.header.compressed,
+                        self.frame_dim,
+                        local.astype(np.int32),
+                        runs.first_frames,
+                        runs.frames,
+                        offsets,
+                        left,
+                        right,
+                        as_double,
+                    )
             finally:  # after the read (one fstat a file): a change before or during it is seen, and explains errors
                 for data_file, sequence in zip(files, first_sequences):
                     self._check_unchanged(data_file, sequence)
@@ -699,6 +730,9 @@ def _narrow(values: np.ndarray) -> np.ndarray:
 
 
 def _file_fingerprint(path: str) -> list[Any]:
+    if remote.is_remote(path):
+        identity = read_identity(path)
+        return [os.path.basename(path), identity.size, identity.inode]
     info = os.stat(checked_name(path, "SCP file"))
     return [os.path.basename(path), info.st_size, info.st_mtime_ns]
 

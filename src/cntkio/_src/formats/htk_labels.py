@@ -16,7 +16,8 @@ import numpy as np
 from cntkio._src.common.arrays import narrow_lengths
 from cntkio._src.common.errors import ConfigError, FormatError, Location
 from cntkio._src.common.streams import StreamInformation, iter_stream_defs, parse_precision
-from cntkio._src.formats.data_file import FileIdentity, checked_name, read_whole, rebuild_unchanged
+from cntkio._src.formats import remote
+from cntkio._src.formats.data_file import FileIdentity, checked_name, read_identity, read_whole, rebuild_unchanged
 from cntkio._src.formats.error_ledger import ErrorLedger
 from cntkio._src.formats.identity import array_digest
 from cntkio._src.formats.mlf import InvalidEntry, MlfIndex, check_max_errors, parse_mlf, read_state_list
@@ -41,6 +42,9 @@ def _paths(value: Any, what: str) -> list[str]:
 
 
 def _stat(path: str) -> tuple[int, int]:
+    if remote.is_remote(path):  # (size and version, for fingerprints)
+        identity = read_identity(path)
+        return identity.size, identity.mtime_ns
     try:
         info = os.stat(checked_name(path, "MLF file"))
     except OSError as e:

@@ -101,37 +101,33 @@ def file_entry(
     data_file: DataFile, layout: Sequence[np.ndarray | bytes | str | int] = (), known: str | None = None
 ) -> dict[str, Any]:
     """One file's entry: its base name (shown, not compared), size and a digest of sampled bytes (read with
-    ``pread``) and of ``layout`` (what the index knows of where the file's sequences lie). The file must be as it
-    was indexed (:meth:`DataFile.check_unchanged`: its bytes are then those the index describes). ``known``: the
+    ``pread``, or by range from a remote object: the same digest for a local copy and the bucket) and of ``layout``
+    (what the index knows of where the file's sequences lie). The file must be as it was indexed
+    (:meth:`DataFile.check_unchanged`: its bytes are then those the index describes). ``known``: the
     digest made so before, when the file was indexed (kept in an index cache beside the index, and valid exactly as
     long as it: the cache is used only for the file it was built from, by inode, size and times); then nothing is
     read."""
     data_file.check_unchanged("indexed")
-    fd, size = data_file.fd, data_file.size
+    size = data_file.size
+    name = os.path.basename(data_file.path)
     if known is not None:
-        return {"name": os.path.basename(data_file.path), "bytes": int(size), "digest": known}
+        return {"name": name, "bytes": int(size), "digest": known}
     digest = hashlib.sha256(b"%d;" % size)
     if size <= SAMPLED_RANGES * RANGE_BYTES:
-        digest.update(_read(fd, size, 0))
+        ranges = [(0, size)]
     else:
-        for start in np.linspace(0, size - RANGE_BYTES, SAMPLED_RANGES).astype(np.int64).tolist():
-            digest.update(_read(fd, RANGE_BYTES, start))
+        starts = np.linspace(0, size - RANGE_BYTES, SAMPLED_RANGES).astype(np.int64).tolist()
+        ranges = [(start, start + RANGE_BYTES) for start in starts]
+    for part in _read(data_file, ranges):
+        digest.update(part)
     if layout:
         digest.update(array_digest(layout).encode())
-    return {"name": os.path.basename(data_file.path), "bytes": int(size), "digest": _hex(digest)}
+    return {"name": name, "bytes": int(size), "digest": _hex(digest)}
 
 
-def _read(fd: int, count: int, offset: int) -> bytes:
-    """``count`` bytes at ``offset`` (fewer only at the end of the file)."""
-    parts = []
-    while count > 0:
-        part = os.pread(fd, count, offset)
-        if not part:
-            break
-        parts.append(part)
-        count -= len(part)
-        offset += len(part)
-    return b"".join(parts)
+def _read(data_file: DataFile, ranges: list[tuple[int, int]]) -> list[bytes]:
+    """The sampled ranges' bytes (a remote object's fetched together)."""
+    return data_file.read_ranges(ranges)
 
 
 def listed(files: list[dict[str, Any]]) -> list[dict[str, Any]]:

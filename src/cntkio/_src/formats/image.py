@@ -25,7 +25,7 @@ from cntkio import _native
 from cntkio._src.common.errors import ConfigError, FormatError, Location
 from cntkio._src.common.keys import KeyColumn, ObjectKeys, TextKeys
 from cntkio._src.common.streams import StreamInformation, iter_stream_defs, parse_precision
-from cntkio._src.formats.data_file import DataFile, read_whole, rebuild_unchanged, require_regular_file
+from cntkio._src.formats.data_file import open_data_file, read_whole, rebuild_unchanged, require_regular_file
 from cntkio._src.formats.error_ledger import ErrorLedger
 from cntkio._src.formats.identity import array_digest, file_entry
 from cntkio._src.formats.image_map import (
@@ -439,9 +439,10 @@ class Base64ImageDeserializer(Sharded, ImageDeserializerBase):
 
     def _index_images(self, config: _Streams) -> tuple[KeyColumn, np.ndarray, int]:
         require_regular_file(self.filename, "Base64 image file")  # read by offset; opening a FIFO would wait
-        self._file = DataFile(self.filename, "Base64 image", allow_empty=True)  # indexed as opened, read by offset
+        self._file = open_data_file(self.filename, "Base64 image", allow_empty=True)  # indexed as opened, by offset
         try:
-            self.index: Base64Index = index_base64(self.filename, label_dim=config.label_dim, fd=self._file.fd)
+            with self._file.staged([(0, self._file.size)]):  # (a remote object: fetched as it is indexed)
+                self.index: Base64Index = index_base64(self.filename, label_dim=config.label_dim, fd=self._file.fd)
             self._file.check_unchanged("indexed")
             if len(self.index) == 0:
                 raise FormatError("the file holds no image", Location(self.filename, 0))
@@ -453,10 +454,10 @@ class Base64ImageDeserializer(Sharded, ImageDeserializerBase):
 
     def _read(self, image: int) -> bytes | None:
         self._file.require_open()
+        offset, length = int(self.index.payload_offsets[image]), int(self.index.payload_lengths[image])
         try:
-            return decode_base64_image_bytes(
-                self._file.fd, int(self.index.payload_offsets[image]), int(self.index.payload_lengths[image])
-            )
+            with self._file.staged([(offset, offset + length)]):
+                return decode_base64_image_bytes(self._file.fd, offset, length)
         except _native.ShortRead:
             self._file.check_unchanged("indexed")
             raise FormatError("the file is shorter than when it was indexed", self._where(image)) from None

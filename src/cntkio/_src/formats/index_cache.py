@@ -28,18 +28,20 @@ Layout (little-endian)::
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import logging
 import os
 import struct
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from cntkio import _native
+from cntkio._src.formats import remote
 
 if TYPE_CHECKING:
     from cntkio._src.formats.data_file import DataFile
@@ -76,12 +78,33 @@ class IndexCache:
         self.kind = kind
         self.options = json.loads(json.dumps(options, sort_keys=True))  # plain JSON values, compared as loaded
         digest = hashlib.sha256(json.dumps([kind, self.options], sort_keys=True).encode()).hexdigest()[:12]
-        data_path = os.path.abspath(data_file.path)
+        data_path = data_file.cache_name
+        if directory is None and data_file.is_remote:  # (not next to remote data: in the local cache directory)
+            directory = os.path.join(remote.settings().cache_dir or remote.default_cache_dir(), "index")
         if directory is None:
             self.path = f"{data_path}.{digest}{SUFFIX}"
         else:
             where = hashlib.sha256(data_path.encode("utf-8", "surrogateescape")).hexdigest()[:12]
             self.path = os.path.join(os.fspath(directory), f"{os.path.basename(data_path)}.{where}.{digest}{SUFFIX}")
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Holds an exclusive lock on the cache (``<cache file>.lock``, ``flock``) while the block loads, builds and
+        stores the index: processes opening the same data at once (the ranks of a job on one node, or on a shared
+        cache directory) wait for the first to build it, then load it. Without a lock (a read-only directory, a
+        filesystem without locks) the block runs unlocked."""
+        try:
+            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+            descriptor = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+        except OSError:
+            yield
+            return
+        try:
+            with contextlib.suppress(OSError):
+                fcntl.flock(descriptor, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(descriptor)  # (releases the lock)
 
     # --- identity of the data ----------------------------------------------------------------------------------
     def _identity(self) -> dict[str, Any]:
@@ -89,8 +112,9 @@ class IndexCache:
         as opened."""
         identity = self.data_file.identity
         size = identity.size
-        head = os.pread(self.data_file.fd, min(PROBE_BYTES, size), 0)
-        tail = os.pread(self.data_file.fd, min(PROBE_BYTES, size), max(0, size - PROBE_BYTES))
+        head, tail = self.data_file.read_ranges(
+            [(0, min(PROBE_BYTES, size)), (max(0, size - PROBE_BYTES), size)]
+        )  # fmt: skip
         return {
             "inode": identity.inode,
             "size": size,

@@ -27,7 +27,7 @@ from cntkio._src.common.arrays import narrow_lengths
 from cntkio._src.common.errors import ConfigError, FormatError, Location
 from cntkio._src.common.keys import TextKeys
 from cntkio._src.common.streams import StreamDefs, StreamInformation, iter_stream_defs
-from cntkio._src.formats.data_file import DataFile, read_whole, rebuild_unchanged, require_regular_file
+from cntkio._src.formats.data_file import DataFile, read_whole, rebuild_unchanged, refuse_remote, require_regular_file
 from cntkio._src.formats.htk_features import (
     DEFAULT_CHUNK_FRAMES,
     FILES_PER_READ,
@@ -144,6 +144,8 @@ class KaldiDeserializer(FeatureStreamOptions):
         self.prefix_path = prefix_path
         if not self.scp_files:
             raise ConfigError(f"stream '{name}': scp lists no file")
+        for path in self.scp_files:
+            refuse_remote(path, "Kaldi archives and scp files")
         self.filename = self.scp_files[0]
         self.parsed_files: list[Any] = []
         self._scp_fingerprint: list[list[Any]] = []

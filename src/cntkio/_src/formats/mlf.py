@@ -25,7 +25,7 @@ import numpy as np
 from cntkio import _native
 from cntkio._src.common.errors import ConfigError, FormatError, Location, MaxErrorsExceeded
 from cntkio._src.common.keys import TextKeys, duplicate_keys, join_keys
-from cntkio._src.formats.data_file import DataFile, require_regular_file
+from cntkio._src.formats.data_file import DataFile, open_data_file, read_listing, require_regular_file
 
 MAX_REPORTED_KEYS = 10
 MAX_DIM = 65535
@@ -124,9 +124,7 @@ def read_state_list(path: str | os.PathLike[str]) -> list[str]:
     A leading UTF-8 byte order mark is skipped. A duplicate name or an empty list raises `FormatError` naming the
     file and line."""
     name = os.fspath(path)
-    require_regular_file(name, "state list", pipe=True)  # a device (/dev/zero) would be read without end
-    with open(name, "rb") as f:
-        data = f.read()
+    data = read_listing(name, "state list")
     bom = b"\xef\xbb\xbf"
     if data.startswith(bom):  # a UTF-8 byte order mark (Windows editors) is not part of the first name
         data = b"   " + data[3:]  # (spaces keep the byte offsets of errors)
@@ -153,9 +151,12 @@ def read_state_list(path: str | os.PathLike[str]) -> list[str]:
 
 def _parse_one(path: str, states: list[str] | None, dim: int) -> _native.MlfParseResult:
     require_regular_file(path, "MLF file")  # read by its size: a FIFO would hang the open, a device read as empty
-    file = DataFile(path, "MLF", allow_empty=True)  # refuses what is not a regular file once open (no race)
+    file = open_data_file(path, "MLF", allow_empty=True)  # refuses what is not a regular file once open (no race)
     try:
-        result = _native.mlf_parse(file.fd, file.size, states, dim)
+        with file.staged([(0, file.size)]):  # (a remote object: fetched whole)
+            result = _native.mlf_parse(file.fd, file.size, states, dim)
+        if file.is_remote:
+            file.check_unchanged("read")
     except UnicodeDecodeError as error:  # a message quoting a line that is not UTF-8 (or cut inside a character)
         raise _undecodable(file, error) from None
     finally:
@@ -172,14 +173,7 @@ def _parse_one(path: str, states: list[str] | None, dim: int) -> _native.MlfPars
 
 def _contents(file: DataFile) -> bytes:
     """The bytes of an open file, read by offset (what a file cut meanwhile still holds)."""
-    parts, offset = [], 0
-    while offset < file.size:
-        part = os.pread(file.fd, min(file.size - offset, 1 << 24), offset)
-        if not part:
-            break
-        parts.append(part)
-        offset += len(part)
-    return b"".join(parts)
+    return file.read_ranges([(0, file.size)])[0]
 
 
 def _undecodable(file: DataFile, error: UnicodeDecodeError) -> FormatError:

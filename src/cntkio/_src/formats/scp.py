@@ -15,13 +15,15 @@ import stat
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from cntkio import _native
 from cntkio._src.common.errors import FormatError, Location
 from cntkio._src.common.keys import TextKeys
-from cntkio._src.formats.data_file import require_regular_file
+from cntkio._src.formats import remote
+from cntkio._src.formats.data_file import open_data_file, require_regular_file
 
 logger = logging.getLogger("cntkio")
 
@@ -80,6 +82,15 @@ def _scp_directory(scp: str) -> str:
     return os.path.dirname(scp) or "."
 
 
+def _raise_fatal(fatal: Any, name: str) -> None:
+    """Raises the SCP parser's fatal error (message, offset, line, column, detail), if any, naming file ``name``."""
+    if fatal is not None:
+        message, offset, line, column, detail = fatal
+        if detail is not None:
+            message = message.replace("{}", repr(detail.decode("utf-8", "surrogateescape")), 1)
+        raise FormatError(message, Location(name, offset, line, column))
+
+
 def parse_scp(
     scp: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *, prefix_path: str | None = None
 ) -> ScpIndex:
@@ -103,6 +114,16 @@ def parse_scp(
     prefix = _normalize_prefix(prefix_path)
     parser = _native.ScpParser(None if prefix is None else _encode(prefix))
     for name in files:
+        if remote.is_remote(name):  # fetched whole (a listing is read whole)
+            listing = open_data_file(name, "SCP", allow_empty=True)
+            try:
+                with listing.staged([(0, listing.size)]):
+                    fatal = parser.add(listing.fd, listing.size, _encode(_scp_directory(name)))
+                listing.check_unchanged("read")
+            finally:
+                listing.close()
+            _raise_fatal(fatal, name)
+            continue
         require_regular_file(name, "SCP file", pipe=True)  # a device (/dev/zero) would be copied without end
         with open(name, "rb") as file:
             info = os.fstat(file.fileno())
@@ -113,11 +134,7 @@ def parse_scp(
                     shutil.copyfileobj(file, copy)
                     copy.flush()
                     fatal = parser.add(copy.fileno(), copy.tell(), _encode(_scp_directory(name)))
-        if fatal is not None:
-            message, offset, line, column, detail = fatal
-            if detail is not None:
-                message = message.replace("{}", repr(detail.decode("utf-8", "surrogateescape")), 1)
-            raise FormatError(message, Location(name, offset, line, column))
+        _raise_fatal(fatal, name)
     columns = parser.finish()
     duplicates = None
     if columns.duplicate_keys:

@@ -35,6 +35,7 @@ import numpy as np
 from cntkio._src.common.errors import ConfigError, FormatError, Location
 from cntkio._src.common.keys import KeyColumn
 from cntkio._src.common.system import available_cores
+from cntkio._src.formats import remote
 from cntkio._src.formats.error_ledger import ErrorLedger
 from cntkio._src.formats.identity import array_digest, identity_of, index_digest, index_identity, listed
 from cntkio._src.formats.protocol import Deserializer, FileTable, IndexedDeserializer, SequenceIndex
@@ -49,9 +50,9 @@ def expand_paths(files: Any) -> list[str] | None:
     existing file): sorted matches of a pattern, a list as given; None for a single file."""
     if isinstance(files, (str, bytes, os.PathLike)):
         path = os.fsdecode(files)
-        if os.path.exists(path) or not _GLOB_CHARACTERS & set(path):
+        if not _GLOB_CHARACTERS & set(path) or (not remote.is_remote(path) and os.path.exists(path)):
             return None
-        matches = sorted(glob.glob(path), key=os.fsencode)
+        matches = remote.expand(path) if remote.is_remote(path) else sorted(glob.glob(path), key=os.fsencode)
         if not matches:
             raise FileNotFoundError(f"no file matches the pattern '{path}'")
         return matches

@@ -1,0 +1,410 @@
+"""Remote data: any fsspec URL (``s3://``, ``gs://``, ``az://``/``abfs://``, ``http(s)://``, ``hf://``, ...) read by
+byte range, as a local file is read by offset.
+
+The native readers read a file descriptor with ``pread``. A remote object gets one too: a *staging file*, an unlinked
+sparse file in the local cache directory with the object's size, into which exactly the byte ranges a read needs are
+fetched (ranged GETs, split in parts fetched concurrently, each retried on transient errors) just before the native
+reader reads them, and from which they are released (the range's disk blocks freed) right after. So a chunk read
+fetches the chunk's bytes and nothing else, reads from several parse threads fetch concurrently, and every native
+reader reads remote data through the same code, with the same checks, as local data.
+
+An object is identified by its URL, version (ETag, generation or version id, whichever the filesystem reports) and
+size, read once when it is opened; every read is followed by a check of the version and size (one metadata request),
+so an object replaced or rewritten under the reader is an error naming what changed — never other data.
+
+Storage options (credentials, endpoints) are fsspec's: its configuration (``fsspec.config.conf``, or environment
+variables ``FSSPEC_<PROTOCOL>_<OPTION>``), or :func:`configure`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import os
+import re
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from cntkio import _native
+from cntkio._src.common.errors import FormatError, Location
+
+__all__ = [
+    "FetchStats",
+    "RemoteObject",
+    "RemoteSettings",
+    "configure",
+    "default_cache_dir",
+    "expand",
+    "fetch_stats",
+    "is_remote",
+    "settings",
+]
+
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+_LOCAL_PROTOCOLS = {"file", "local"}
+
+
+def is_remote(path: str) -> bool:
+    """Whether ``path`` names remote data: a URL of a protocol other than ``file://``, or a chained fsspec URL
+    (``simplecache::s3://...``)."""
+    match = _URL.match(path)
+    return "::" in path.split("/", 1)[0] or (match is not None and match.group(1).lower() not in _LOCAL_PROTOCOLS)
+
+
+def default_cache_dir() -> str:
+    """Where cntkio keeps local state for remote data (staging files, index caches): ``$CNTKIO_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/cntkio``, else ``~/.cache/cntkio``."""
+    chosen = os.environ.get("CNTKIO_CACHE_DIR")
+    if chosen:
+        return chosen
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "cntkio")
+
+
+@dataclasses.dataclass
+class RemoteSettings:
+    """How remote objects are read (process-wide; :func:`configure` sets them).
+
+    ``retries``: attempts after the first for a failing range (transient errors: connection, timeout, 5xx, ...);
+    ``backoff``: seconds before the first retry, doubled each time; ``part_bytes``: a range longer than this is
+    fetched as parts of this size, concurrently; ``cache_dir``: where staging files go (None:
+    :func:`default_cache_dir`); ``storage_options``: per protocol, keyword arguments of its fsspec filesystem."""
+
+    retries: int = 5
+    backoff: float = 0.1
+    part_bytes: int = 8 << 20
+    cache_dir: str | None = None
+    storage_options: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+
+
+_SETTINGS = RemoteSettings()
+
+
+def settings() -> RemoteSettings:
+    """The current :class:`RemoteSettings`."""
+    return _SETTINGS
+
+
+def configure(
+    protocol: str | None = None,
+    *,
+    retries: int | None = None,
+    backoff: float | None = None,
+    part_bytes: int | None = None,
+    cache_dir: str | None = None,
+    **storage_options: Any,
+) -> RemoteSettings:
+    """Sets how remote data is read: ``configure("s3", endpoint_url=..., key=..., secret=...)`` gives the ``s3``
+    filesystem these options; ``retries``, ``backoff``, ``part_bytes`` and ``cache_dir`` are for every protocol.
+    Deserializers opened afterwards use them. Returns the settings."""
+    if storage_options and protocol is None:
+        raise TypeError("configure: storage options need the protocol they are for, e.g. configure('s3', ...)")
+    if retries is not None:
+        if retries < 0:
+            raise ValueError(f"retries must be >= 0, got {retries}")
+        _SETTINGS.retries = int(retries)
+    if backoff is not None:
+        _SETTINGS.backoff = max(0.0, float(backoff))
+    if part_bytes is not None:
+        if part_bytes < 1 << 16:
+            raise ValueError(f"part_bytes must be at least 65536, got {part_bytes}")
+        _SETTINGS.part_bytes = int(part_bytes)
+    if cache_dir is not None:
+        _SETTINGS.cache_dir = os.fspath(cache_dir)
+    if protocol is not None:
+        _SETTINGS.storage_options[protocol] = dict(storage_options)
+    return _SETTINGS
+
+
+@dataclasses.dataclass(frozen=True)
+class FetchStats:
+    """What this process fetched from remote storage: ``bytes`` of data, ``requests`` (ranged reads),
+    ``retries`` (reads repeated after a transient error) and ``checks`` (version checks)."""
+
+    bytes: int
+    requests: int
+    retries: int
+    checks: int
+
+
+_counts = [0, 0, 0, 0]
+_counts_lock = threading.Lock()
+
+
+def _count(field: int, amount: int = 1) -> None:
+    with _counts_lock:
+        _counts[field] += amount
+
+
+def fetch_stats() -> FetchStats:
+    """The totals of this process so far (a difference of two calls measures a piece of work)."""
+    with _counts_lock:
+        return FetchStats(*_counts)
+
+
+def _fsspec() -> Any:
+    try:
+        import fsspec
+    except ImportError:
+        raise ImportError(
+            "reading remote data needs fsspec and the filesystem of its protocol: pip install 'cntkio[remote]' "
+            "(plus s3fs, gcsfs, adlfs or huggingface_hub for s3://, gs://, az:// or hf://)"
+        ) from None
+    return fsspec
+
+
+def filesystem(url: str) -> tuple[Any, str]:
+    """The fsspec filesystem for ``url`` (with :func:`configure`'s options for its protocol) and the path in it."""
+    fsspec = _fsspec()
+    match = _URL.match(url.split("::")[-1])
+    protocol = match.group(1).lower() if match else ""
+    try:
+        fs, path = fsspec.core.url_to_fs(url, **_SETTINGS.storage_options.get(protocol, {}))
+    except (ImportError, ValueError) as error:
+        raise ImportError(f"cannot read {url}: {error}") from None
+    return fs, path
+
+
+def expand(pattern: str) -> list[str]:
+    """The URLs a remote glob pattern matches, sorted (one URL when it has no wildcard)."""
+    if not any(c in pattern for c in "*?["):
+        return [pattern]
+    fs, path = filesystem(pattern)
+    matches = sorted(fs.glob(path))
+    return [fs.unstrip_protocol(match) for match in matches]
+
+
+_VERSION_FIELDS = ("VersionId", "generation", "ETag", "etag", "version_id", "Last-Modified", "LastModified", "mtime")
+
+
+def _version(info: dict[str, Any]) -> str:
+    """What identifies an object's contents besides its size, in the order filesystems report them: version id, GCS
+    generation, ETag, then modification time (an HTTP server without ETags)."""
+    parts = [f"{name}={info[name]}" for name in _VERSION_FIELDS if info.get(name) not in (None, "", "null")]
+    return ";".join(parts)
+
+
+_NOT_THERE = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
+_PERMANENT = (*_NOT_THERE, FormatError)  # not retried
+
+
+class RemoteObject:
+    """One remote object read by byte range: its URL, ``size`` and ``version`` (read when opened), a staging file
+    (``fd``, per process) and the fetches that fill it (:meth:`staged`)."""
+
+    def __init__(self, url: str, kind: str):
+        self.url = url
+        self.kind = kind
+        self._fs, self.path = filesystem(url)
+        self._fs_pid = os.getpid()
+        info = self._info(Location(url, 0), opening=True)
+        if info.get("type") == "directory":
+            raise FormatError(f"{kind} input is a directory, not an object", Location(url, 0))
+        self.size = int(info.get("size") or 0)
+        self.version = _version(info)
+        self._staging: _Staging | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def fs(self) -> Any:
+        """The fsspec filesystem, made again in a forked child (an async filesystem's event loop and connections
+        belong to the process that made them)."""
+        if self._fs_pid != os.getpid():
+            self._fs, _ = filesystem(self.url)
+            self._fs_pid = os.getpid()
+        return self._fs
+
+    def _info(self, location: Location, *, opening: bool = False) -> dict[str, Any]:
+        """The object's metadata. Not found when ``opening`` is final; once opened, it is retried like any error
+        (fsspec's HTTP filesystem reports a failing server as not found)."""
+        _count(3)
+        with contextlib.suppress(Exception):
+            self.fs.invalidate_cache(self.path)
+        permanent = _PERMANENT if opening else tuple(e for e in _PERMANENT if e is not FileNotFoundError)
+        result: dict[str, Any] = self._retried(
+            lambda: self.fs.info(self.path), f"metadata of {self.url}", location, permanent
+        )  # fmt: skip
+        return result
+
+    def _retried(self, call: Any, what: str, location: Location, permanent: tuple[type[BaseException], ...]) -> Any:
+        delay = _SETTINGS.backoff
+        for attempt in range(_SETTINGS.retries + 1):
+            try:
+                return call()
+            except permanent:
+                raise
+            except Exception as error:  # a transient error (connection, timeout, server error): retried
+                if attempt == _SETTINGS.retries:
+                    raise OSError(
+                        f"cannot read {what} after {attempt + 1} attempts: {type(error).__name__}: {error}"
+                    ) from error
+                _count(2)
+                time.sleep(delay)
+                delay *= 2
+        raise AssertionError("unreachable")
+
+    # --- identity ---------------------------------------------------------------------------------------------
+    def identity_number(self) -> int:
+        """The version as a number (63 bits of its SHA-256), for the columns local files keep inodes in."""
+        return int.from_bytes(hashlib.sha256(self.version.encode()).digest()[:8], "little") >> 1
+
+    def check_unchanged(self, since: str) -> None:
+        """Raises a :class:`FormatError` naming the URL and what changed when the object's version or size is not
+        what it was when opened (one metadata request)."""
+        info = self._info(Location(self.url, 0))
+        size, version = int(info.get("size") or 0), _version(info)
+        changes = []
+        if version != self.version:
+            changes.append(f"another version ({self.version or '?'} -> {version or '?'})")
+        if size != self.size:
+            changes.append(f"size {self.size} -> {size} bytes")
+        if changes:
+            raise FormatError(
+                f"the object changed since it was {since} ({'; '.join(changes)}); reopen it to read the new contents",
+                Location(self.url, min(size, self.size)),
+            )
+
+    # --- staging ----------------------------------------------------------------------------------------------
+    @property
+    def fd(self) -> int:
+        """The staging file's descriptor in this process (a forked child gets its own staging file)."""
+        return self._stage_file().fd
+
+    def _stage_file(self) -> _Staging:
+        with self._lock:
+            if self._staging is None or self._staging.pid != os.getpid():
+                self._staging = _Staging(self.size)
+            return self._staging
+
+    @contextlib.contextmanager
+    def staged(self, ranges: list[tuple[int, int]]) -> Iterator[None]:
+        """Fetches the byte ranges ``[start, end)`` into the staging file (those no other read holds ready) and
+        releases them when the block ends. The caller checks the object unchanged after reading them
+        (:meth:`check_unchanged`), as it checks a local file."""
+        staging = self._stage_file()
+        spans = [(max(0, int(a)), min(self.size, int(b))) for a, b in ranges]
+        spans = [(a, b) for a, b in spans if b > a]
+        token = staging.hold(spans)
+        try:
+            missing = staging.missing(spans)
+            if missing:
+                self._fetch(staging, missing)
+            staging.mark_ready(token)
+            yield
+        finally:
+            staging.release(token)
+
+    def _fetch(self, staging: _Staging, spans: list[tuple[int, int]]) -> None:
+        step = _SETTINGS.part_bytes
+        parts = [(a, min(b, a + step)) for a, b in spans for a in range(a, b, step)]
+        pending = parts
+        delay = _SETTINGS.backoff
+        for attempt in range(_SETTINGS.retries + 1):
+            results = self.fs.cat_ranges(
+                [self.path] * len(pending), [a for a, _ in pending], [b for _, b in pending], on_error="return"
+            )
+            failed: list[tuple[int, int]] = []
+            last: BaseException | None = None
+            for (a, b), data in zip(pending, results):
+                if isinstance(data, BaseException):
+                    if isinstance(data, FormatError):
+                        raise data
+                    if isinstance(data, _NOT_THERE):
+                        raise type(data)(f"cannot read {self.url} bytes [{a}, {b}): {data}") from data
+                    failed.append((a, b))
+                    last = data
+                    continue
+                _count(0, len(data))
+                _count(1)
+                if len(data) != b - a:
+                    self.check_unchanged("indexed")
+                    raise FormatError(
+                        f"the object returned {len(data)} bytes for a range of {b - a} (shorter than when indexed?)",
+                        Location(self.url, a + len(data)),
+                    )
+                staging.write(a, data)
+            if not failed:
+                return
+            self.check_unchanged("indexed")  # (a range past a shortened object fails: the change is the error)
+            if attempt == _SETTINGS.retries:
+                a, b = failed[0]
+                raise OSError(
+                    f"cannot read {self.url} bytes [{a}, {b}) after {attempt + 1} attempts: "
+                    f"{type(last).__name__}: {last}"
+                ) from last
+            _count(2, len(failed))
+            time.sleep(delay)
+            delay *= 2
+            pending = failed
+
+    def close(self) -> None:
+        with self._lock:
+            if self._staging is not None and self._staging.pid == os.getpid():
+                self._staging.close()
+            self._staging = None
+
+
+class _Staging:
+    """The staging file of one object in one process, and the ranges reads hold in it: a range is fetched unless a
+    ready one covers it, and released (its blocks freed) once no held range overlaps it."""
+
+    def __init__(self, size: int):
+        directory = os.path.join(_SETTINGS.cache_dir or default_cache_dir(), "staging")
+        os.makedirs(directory, exist_ok=True)
+        self.fd, path = tempfile.mkstemp(prefix="object-", dir=directory)
+        os.unlink(path)  # gone with the last descriptor
+        os.ftruncate(self.fd, size)  # sparse: no block is written until fetched
+        self.pid = os.getpid()
+        self._lock = threading.Lock()
+        self._held: dict[int, tuple[list[tuple[int, int]], bool]] = {}  # token -> (spans, ready)
+        self._next = 0
+
+    def hold(self, spans: list[tuple[int, int]]) -> int:
+        with self._lock:
+            self._next += 1
+            self._held[self._next] = (spans, False)
+            return self._next
+
+    def mark_ready(self, token: int) -> None:
+        with self._lock:
+            self._held[token] = (self._held[token][0], True)
+
+    def missing(self, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        with self._lock:
+            ready = [s for spans_, done in self._held.values() if done for s in spans_]
+        return [piece for span in spans for piece in _subtract(span, ready)]
+
+    def write(self, offset: int, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            done = os.pwrite(self.fd, view, offset)
+            view, offset = view[done:], offset + done
+
+    def release(self, token: int) -> None:
+        with self._lock:
+            spans, _ = self._held.pop(token)
+            others = [s for spans_, _ in self._held.values() for s in spans_]
+            free = [piece for span in spans for piece in _subtract(span, others)]
+            if self.fd >= 0:
+                for a, b in free:
+                    _native.release_range(self.fd, a, b - a)
+
+    def close(self) -> None:
+        with self._lock:
+            if self.fd >= 0:
+                os.close(self.fd)
+                self.fd = -1
+
+
+def _subtract(span: tuple[int, int], others: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The parts of ``span`` no span of ``others`` covers."""
+    pieces = [span]
+    for a, b in others:
+        pieces = [p for x, y in pieces for p in ((x, min(y, a)), (max(x, b), y)) if p[1] > p[0]]
+        if not pieces:
+            break
+    return pieces

@@ -1,0 +1,167 @@
+"""Real servers for the remote-storage tests (and bench/remote.py): an HTTP server with Range support serving a
+directory, with counters and fault injection, and moto's S3-compatible server (the one s3fs's own tests use), each on
+a free loopback port in a thread of the test process."""
+
+from __future__ import annotations
+
+import email.utils
+import os
+import re
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+_RANGE = re.compile(r"bytes=(\d+)-(\d*)$")
+
+
+class RangeServer:
+    """Serves the files under ``root`` at ``url`` (``http://127.0.0.1:<port>/``): HEAD and GET with one byte range
+    (206), an ETag of the file's inode, size and modification time, Last-Modified. ``bytes_sent``, ``gets`` and
+    ``heads`` count what it served; :meth:`fail` makes the next requests fail (status 503, or the connection
+    closed with ``drop``)."""
+
+    def __init__(self, root: str):
+        self.root = root
+        self.bytes_sent = 0
+        self.gets = 0
+        self.heads = 0
+        self._failures = 0
+        self._drop = False
+        self._lock = threading.Lock()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def fail(self, requests: int, *, drop: bool = False) -> None:
+        """The next ``requests`` requests fail: a 503 response, or (``drop``) a connection closed unanswered."""
+        with self._lock:
+            self._failures, self._drop = requests, drop
+
+    def reset_counts(self) -> None:
+        with self._lock:
+            self.bytes_sent = self.gets = self.heads = 0
+
+    def take_failure(self) -> str | None:
+        with self._lock:
+            if self._failures <= 0:
+                return None
+            self._failures -= 1
+            return "drop" if self._drop else "503"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _handler(owner: RangeServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # quiet
+            del format, args
+
+        def _file(self) -> tuple[str, os.stat_result] | None:
+            path = os.path.join(owner.root, self.path.split("?")[0].lstrip("/"))
+            try:
+                info = os.stat(path)
+            except OSError:
+                return None
+            return (path, info) if os.path.isfile(path) else None
+
+        def _headers(self, info: os.stat_result, length: int) -> None:
+            self.send_header("Content-Length", str(length))
+            self.send_header("ETag", f'"{info.st_ino:x}-{info.st_size:x}-{info.st_mtime_ns:x}"')
+            self.send_header("Last-Modified", email.utils.formatdate(info.st_mtime, usegmt=True))
+            self.send_header("Accept-Ranges", "bytes")
+
+        def _refuse(self) -> bool:
+            failure = owner.take_failure()
+            if failure == "drop":
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return True
+            if failure == "503":
+                self.send_response(503)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return True
+            return False
+
+        def do_HEAD(self) -> None:
+            with owner._lock:
+                owner.heads += 1
+            if self._refuse():
+                return
+            found = self._file()
+            if found is None:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self._headers(found[1], found[1].st_size)
+            self.end_headers()
+
+        def do_GET(self) -> None:
+            with owner._lock:
+                owner.gets += 1
+            if self._refuse():
+                return
+            found = self._file()
+            if found is None:
+                self.send_error(404)
+                return
+            path, info = found
+            start, end = 0, info.st_size
+            match = _RANGE.match(self.headers.get("Range", ""))
+            if match:
+                start = int(match.group(1))
+                end = min(end, int(match.group(2)) + 1) if match.group(2) else end
+                if start >= info.st_size:
+                    self.send_response(416)
+                    self.send_header("Content-Range", f"bytes */{info.st_size}")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                self.send_response(206)
+                self.send_header("Content-Range", f"bytes {start}-{end - 1}/{info.st_size}")
+            else:
+                self.send_response(200)
+            self._headers(info, end - start)
+            self.end_headers()
+            with open(path, "rb") as file:
+                sent = os.sendfile(self.wfile.fileno(), file.fileno(), start, end - start) if end > start else 0
+                while sent < end - start:  # (sendfile may send less)
+                    sent += os.sendfile(self.wfile.fileno(), file.fileno(), start + sent, end - start - sent)
+            with owner._lock:
+                owner.bytes_sent += end - start
+
+    return Handler
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextmanager
+def moto_s3() -> Iterator[dict[str, Any]]:
+    """moto's S3 server on a free port; yields the s3fs storage options that reach it."""
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield {
+            "endpoint_url": f"http://127.0.0.1:{port}",
+            "key": "testing",
+            "secret": "testing",
+            "client_kwargs": {"region_name": "us-east-1"},
+        }
+    finally:
+        server.stop()
