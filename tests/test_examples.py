@@ -35,6 +35,7 @@ EXPECTED = {
     "read_base64_images.py": ["same pixels as the PNG files: True"],
     "composite_join.py": ["10 of 12 sequences kept, 2 dropped", "keys the labels lack: (5, 9)", "strict=True raised"],
     "sharded_corpus.py": ["sequences: 12", "slice [0%:25%]"],
+    "read_remote.py": ["sequences from the shards: 12", "CBF sequences: 12", "same sequences: True"],
     "index_cache.py": ["same minibatches: True", "in index_cache_dir: 1 file", "is stale"],
     "user_deserializer.py": ["joined with labels.ctf: [0, 1, 2, 3, 4, 6, 7, 8, 10, 11]"],
     "record_decoder.py": ["tokens per record: [0, 4, 4, 2, 5, 2, 5, 5, 6, 3]", "1 bad record(s) counted"],

@@ -6,6 +6,7 @@ checkpoints that move between a local copy and the bucket."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -299,3 +300,16 @@ def test_a_forked_child_reads_through_its_own_staging_file(served: tuple[RangeSe
     assert sequences(reader) == expected
     assert os.read(read, 1) == b"1"
     os.waitpid(pid, 0)
+
+
+def test_an_image_map_over_http_reads_the_images_it_names_there(served: tuple[RangeServer, Path]) -> None:
+    server, root = served
+    shutil.copytree(EXAMPLES / "images", root / "images", dirs_exist_ok=True)
+    streams = StreamDefs(features=StreamDef(field="image", transforms=[T.scale(16, 16, 3)]),
+                         labels=StreamDef(field="label", shape=4))  # fmt: skip
+    there = cntkio.ImageDeserializer(server.url + "images/map.txt", streams)  # `...` is the map's URL folder
+    here = cntkio.ImageDeserializer(str(EXAMPLES / "images" / "map.txt"), streams)
+    assert sequences(there) == sequences(here)
+    (root / "images" / "img3.png").unlink()  # an image gone: an error naming it and where the map lists it
+    with pytest.raises(FormatError, match=r"img3\.png.*map\.txt|map\.txt.*img3\.png"):
+        sequences(there)

@@ -164,7 +164,7 @@ def refuse_remote(path: str, what: str) -> None:
     if remote.is_remote(path):
         raise ConfigError(
             f"{path}: {what} are read from local files only (remote storage is read for CTF, CBF, HTK features with "
-            "their SCP and MLF files, and Base64 image files); copy the data to a local disk"
+            "their SCP and MLF files, image maps and Base64 image files); copy the data to a local disk"
         )
 
 

@@ -25,7 +25,14 @@ from cntkio import _native
 from cntkio._src.common.errors import ConfigError, FormatError, Location
 from cntkio._src.common.keys import KeyColumn, ObjectKeys, TextKeys
 from cntkio._src.common.streams import StreamInformation, iter_stream_defs, parse_precision
-from cntkio._src.formats.data_file import open_data_file, read_whole, rebuild_unchanged, require_regular_file
+from cntkio._src.formats import remote
+from cntkio._src.formats.data_file import (
+    open_data_file,
+    read_identity,
+    read_whole,
+    rebuild_unchanged,
+    require_regular_file,
+)
 from cntkio._src.formats.error_ledger import ErrorLedger
 from cntkio._src.formats.identity import array_digest, file_entry
 from cntkio._src.formats.image_map import (
@@ -403,6 +410,9 @@ class ImageDeserializer(ImageDeserializerBase):
         return f"image file {self.images.name(image)!r}"
 
     def fingerprint(self) -> list[Any]:
+        if remote.is_remote(self.filename):
+            identity = read_identity(self.filename)
+            return [type(self).__name__, os.path.basename(self.filename), identity.size, identity.mtime_ns]
         info = os.stat(self.filename)
         return [type(self).__name__, os.path.basename(self.filename), info.st_size, info.st_mtime_ns]
 

@@ -38,7 +38,15 @@ import numpy as np
 from cntkio import _native
 from cntkio._src.common.errors import ConfigError, FormatError, Location
 from cntkio._src.common.keys import KeyColumn, NumericKeys, TextKeys
-from cntkio._src.formats.data_file import FileIdentity, changes_since_pickled, check_open_file, require_regular_file
+from cntkio._src.formats import remote
+from cntkio._src.formats.data_file import (
+    FileIdentity,
+    RemoteDataFile,
+    changes_since_pickled,
+    check_open_file,
+    refuse_remote,
+    require_regular_file,
+)
 
 MULTI_VIEW_COPIES = 10  # sequences per map line with multiViewCrop (the 10 crops of Crop's multiview10)
 
@@ -172,7 +180,8 @@ class ImageMap:
         """The absolute path of a plain image file (resolved against ``cwd``)."""
         if self.is_zip(row):
             raise ValueError(f"row {row} is an item of a zip archive: {self.name(row)}")
-        return os.path.join(self.cwd, self.paths[int(self.path_ids[row])])
+        path = self.paths[int(self.path_ids[row])]
+        return path if remote.is_remote(path) else os.path.join(self.cwd, path)
 
     def item(self, row: int) -> str:
         """The name of a zipped image inside its archive."""
@@ -182,6 +191,7 @@ class ImageMap:
 
     def container_path(self, container: int) -> str:
         """The absolute path of zip archive ``container`` (resolved against ``cwd``)."""
+        refuse_remote(self.containers[container], "zip archives of images")
         return os.path.join(self.cwd, self.containers[container])
 
     def location(self, row: int) -> Location:
@@ -190,8 +200,17 @@ class ImageMap:
 
 
 def _scan_source(path: str, scan: Callable[[int, int], _native.ImageMapScanResult]) -> _native.ImageMapScanResult:
-    """Runs ``scan(fd, size)`` on the file, or on a copy of it when it is a pipe (read once); anything else (a
-    device, a directory) is refused before it is opened."""
+    """Runs ``scan(fd, size)`` on the file, or on a copy of it when it is a pipe (read once), or on a remote object
+    (fetched whole); anything else (a device, a directory) is refused before it is opened."""
+    if remote.is_remote(path):
+        listing = RemoteDataFile(path, "image map", allow_empty=True)
+        try:
+            with listing.staged([(0, listing.size)]):
+                result = scan(listing.fd, listing.size)
+            listing.check_unchanged("read")
+            return result
+        finally:
+            listing.close()
     require_regular_file(path, "image map", pipe=True)
     with open(path, "rb") as file:
         info = os.fstat(file.fileno())
@@ -434,6 +453,12 @@ def read_image_bytes(image_map: ImageMap, row: int, archives: ZipArchives | None
             raise ValueError(f"row {row} is in zip archive {image_map.containers[container]!r}: pass ZipArchives")
         return archives.read(container, image_map.item(row), image_map.location(row))
     path = image_map.file_path(row)
+    if remote.is_remote(path):  # one ranged read of the whole object, retried (read whole and current, as a file)
+        try:
+            return remote.read_object(path)
+        except OSError as error:
+            name = image_map.paths[int(image_map.path_ids[row])]
+            raise FormatError(f"cannot read image {name!r}: {error}", image_map.location(row)) from error
     require_regular_file(path, "image file", image_map.location(row))  # a FIFO would hang, /dev/zero never end
     try:
         return _native.read_file(os.fsencode(path))

@@ -26,8 +26,8 @@ import re
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from cntkio import _native
 from cntkio._src.common.errors import FormatError, Location
@@ -44,6 +44,7 @@ __all__ = [
     "settings",
 ]
 
+T = TypeVar("T")
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _LOCAL_PROTOCOLS = {"file", "local"}
 
@@ -178,7 +179,9 @@ def expand(pattern: str) -> list[str]:
     return [fs.unstrip_protocol(match) for match in matches]
 
 
-_VERSION_FIELDS = ("VersionId", "generation", "ETag", "etag", "version_id", "Last-Modified", "LastModified", "mtime")
+_VERSION_FIELDS = (
+    "VersionId", "generation", "ETag", "etag", "version_id", "Last-Modified", "LastModified", "mtime", "created",
+)  # fmt: skip
 
 
 def _version(info: dict[str, Any]) -> str:
@@ -192,6 +195,37 @@ _NOT_THERE = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirecto
 _PERMANENT = (*_NOT_THERE, FormatError)  # not retried
 
 
+def retried(call: Callable[[], T], what: str, permanent: tuple[type[BaseException], ...]) -> T:
+    """``call()``, called again after a transient error (anything but ``permanent``) up to the settings' ``retries``
+    times with a doubling delay; then an ``OSError`` saying what could not be read (``what``), after how many
+    attempts and the last error."""
+    delay = _SETTINGS.backoff
+    for attempt in range(_SETTINGS.retries + 1):
+        try:
+            return call()
+        except permanent:
+            raise
+        except Exception as error:  # a transient error (connection, timeout, server error): retried
+            if attempt == _SETTINGS.retries:
+                raise OSError(
+                    f"cannot read {what} after {attempt + 1} attempts: {type(error).__name__}: {error}"
+                ) from error
+            _count(2)
+            time.sleep(delay)
+            delay *= 2
+    raise AssertionError("unreachable")
+
+
+def read_object(url: str) -> bytes:
+    """The whole object at ``url`` in one read, retried on transient errors (an image a map file names: read whole
+    and current at each read, as a local image file is)."""
+    fs, path = filesystem(url)
+    data: bytes = retried(lambda: fs.cat_file(path), url, _PERMANENT)
+    _count(0, len(data))
+    _count(1)
+    return data
+
+
 class RemoteObject:
     """One remote object read by byte range: its URL, ``size`` and ``version`` (read when opened), a staging file
     (``fd``, per process) and the fetches that fill it (:meth:`staged`)."""
@@ -201,7 +235,7 @@ class RemoteObject:
         self.kind = kind
         self._fs, self.path = filesystem(url)
         self._fs_pid = os.getpid()
-        info = self._info(Location(url, 0), opening=True)
+        info = self._info(opening=True)
         if info.get("type") == "directory":
             raise FormatError(f"{kind} input is a directory, not an object", Location(url, 0))
         self.size = int(info.get("size") or 0)
@@ -218,34 +252,15 @@ class RemoteObject:
             self._fs_pid = os.getpid()
         return self._fs
 
-    def _info(self, location: Location, *, opening: bool = False) -> dict[str, Any]:
+    def _info(self, *, opening: bool = False) -> dict[str, Any]:
         """The object's metadata. Not found when ``opening`` is final; once opened, it is retried like any error
         (fsspec's HTTP filesystem reports a failing server as not found)."""
         _count(3)
         with contextlib.suppress(Exception):
             self.fs.invalidate_cache(self.path)
         permanent = _PERMANENT if opening else tuple(e for e in _PERMANENT if e is not FileNotFoundError)
-        result: dict[str, Any] = self._retried(
-            lambda: self.fs.info(self.path), f"metadata of {self.url}", location, permanent
-        )  # fmt: skip
+        result: dict[str, Any] = retried(lambda: self.fs.info(self.path), f"metadata of {self.url}", permanent)
         return result
-
-    def _retried(self, call: Any, what: str, location: Location, permanent: tuple[type[BaseException], ...]) -> Any:
-        delay = _SETTINGS.backoff
-        for attempt in range(_SETTINGS.retries + 1):
-            try:
-                return call()
-            except permanent:
-                raise
-            except Exception as error:  # a transient error (connection, timeout, server error): retried
-                if attempt == _SETTINGS.retries:
-                    raise OSError(
-                        f"cannot read {what} after {attempt + 1} attempts: {type(error).__name__}: {error}"
-                    ) from error
-                _count(2)
-                time.sleep(delay)
-                delay *= 2
-        raise AssertionError("unreachable")
 
     # --- identity ---------------------------------------------------------------------------------------------
     def identity_number(self) -> int:
@@ -255,7 +270,7 @@ class RemoteObject:
     def check_unchanged(self, since: str) -> None:
         """Raises a :class:`FormatError` naming the URL and what changed when the object's version or size is not
         what it was when opened (one metadata request)."""
-        info = self._info(Location(self.url, 0))
+        info = self._info()
         size, version = int(info.get("size") or 0), _version(info)
         changes = []
         if version != self.version:
