@@ -285,14 +285,14 @@ def test_a_forked_child_reads_through_its_own_staging_file(served: tuple[RangeSe
     write_ctf(root / "g.ctf", 1000, seed=6)
     reader = CTFDeserializer(server.url + "g.ctf", STREAMS, chunk_size_in_bytes=4 << 10)
     expected = sequences(reader)
-    parent_fd = reader.data_file.fd
+    parent_file = os.fstat(reader.data_file.fd).st_ino  # (the child's staging file: another file, same number)
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child reads every chunk while the parent does too: neither releases the other's ranges
         ok = False
         try:
             os.close(read)
-            ok = sequences(reader) == expected and reader.data_file.fd != parent_fd
+            ok = sequences(reader) == expected and os.fstat(reader.data_file.fd).st_ino != parent_file
         finally:
             os.write(write, b"1" if ok else b"0")
             os._exit(0)
@@ -313,3 +313,104 @@ def test_an_image_map_over_http_reads_the_images_it_names_there(served: tuple[Ra
     (root / "images" / "img3.png").unlink()  # an image gone: an error naming it and where the map lists it
     with pytest.raises(FormatError, match=r"img3\.png.*map\.txt|map\.txt.*img3\.png"):
         sequences(there)
+
+
+def test_a_cbf_reader_forked_into_a_worker_reads_its_own_staging_file(s3: str) -> None:
+    reader = CBFDeserializer(s3 + "sequences.cbf")
+    expected = sequences(reader)
+    held = reader.data_file.staged([(0, reader.data_file.size // 2)])
+    held.__enter__()  # the parent holds half the file staged while the child reads (it must not read the parent's)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # (the native CbfFile keeps the descriptor number it was opened with)
+        answer = b"0"
+        try:
+            os.close(read)
+            answer = b"1" if sequences(reader) == expected else b"0 other data"
+        except BaseException as error:
+            answer = f"0 {error!r}".encode()
+        finally:
+            os.write(write, answer)
+            os._exit(0)
+    os.close(write)
+    answer = os.read(read, 1000)
+    os.waitpid(pid, 0)
+    held.__exit__(None, None, None)
+    assert answer == b"1"
+    assert sequences(reader) == expected
+
+
+def test_a_pickled_reader_refuses_an_object_rewritten_with_the_same_size(served: tuple[RangeServer, Path]) -> None:
+    import pickle
+
+    server, root = served
+    path = write_ctf(root / "h.ctf", 300, seed=7)
+    reader = CTFDeserializer(server.url + "h.ctf", STREAMS)
+    pickled = pickle.dumps(reader)
+    assert sequences(pickle.loads(pickled)) == sequences(reader)
+    original = path.read_bytes()
+    path.write_bytes(original.replace(b"0.", b"9.", 1))
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+    with pytest.raises(FormatError, match=r"changed since the deserializer was pickled.*another version"):
+        pickle.loads(pickled)
+
+
+def test_a_transient_failure_while_opening_is_retried_and_a_missing_object_is_not(
+    served: tuple[RangeServer, Path],
+) -> None:
+    server, root = served
+    write_ctf(root / "i.ctf", 100, seed=8)
+    server.fail(2)
+    assert CTFDeserializer(server.url + "i.ctf", STREAMS).sequence_index().num_sequences == 100
+    before = remote.fetch_stats()
+    with pytest.raises(FileNotFoundError):
+        CTFDeserializer(server.url + "missing.ctf", STREAMS)
+    assert remote.fetch_stats().retries == before.retries
+
+
+def test_a_local_name_with_a_double_colon_is_a_local_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cntkio._src.formats.remote import is_remote
+
+    assert not is_remote("exp::1.ctf") and not is_remote("a::b/c.ctf") and not is_remote("file:///tmp/x.ctf")
+    assert is_remote("simplecache::s3://bucket/x.ctf") and is_remote("s3://bucket/x.ctf")
+    monkeypatch.chdir(tmp_path)
+    write_ctf(tmp_path / "exp::1.ctf", 20)
+    assert CTFDeserializer("exp::1.ctf", STREAMS).sequence_index().num_sequences == 20
+
+
+def test_fetches_are_bounded_by_the_concurrency_setting(served: tuple[RangeServer, Path]) -> None:
+    server, root = served
+    write_ctf(root / "j.ctf", 4000, seed=9)
+    asked: list[int] = []
+    settings = remote.settings()
+    part, concurrency = settings.part_bytes, settings.concurrency
+    remote.configure(part_bytes=1 << 16, concurrency=3)
+    try:
+        reader = CTFDeserializer(server.url + "j.ctf", STREAMS, chunk_size_in_bytes=1 << 20)
+        fs = reader.data_file.object.fs
+        original = fs.cat_ranges
+
+        def counting(paths: list[str], starts: list[int], ends: list[int], **kwargs: Any) -> Any:
+            asked.append(len(paths))
+            return original(paths, starts, ends, **kwargs)
+
+        fs.cat_ranges = counting
+        reader.get_chunk(0)
+    finally:
+        remote.configure(part_bytes=part, concurrency=concurrency)
+    assert asked and max(asked) <= 3 and sum(asked) >= 4  # a chunk of several parts, asked for 3 at a time
+
+
+def test_a_pickled_reader_carries_its_storage_options_to_a_new_process(s3: str) -> None:
+    import pickle
+
+    pickled = pickle.dumps(CTFDeserializer(s3 + "sequences.ctf", StreamDefs(features=StreamDef(shape=3))))
+    code = "import pickle, sys; print(pickle.loads(sys.stdin.buffer.read()).sequence_index().num_sequences)"
+    out = subprocess.run([sys.executable, "-c", code], input=pickled, capture_output=True, check=True).stdout
+    assert out.strip() == b"12"
+
+
+def test_a_chained_url_gives_each_layer_its_options(s3: str) -> None:
+    chained = CTFDeserializer("simplecache::" + s3 + "sequences.ctf", StreamDefs(features=StreamDef(shape=3)))
+    local = CTFDeserializer(str(EXAMPLES / "sequences.ctf"), StreamDefs(features=StreamDef(shape=3)))
+    assert sequences(chained) == sequences(local)

@@ -20,7 +20,7 @@ from cntkio._src.common.streams import StreamDef, StreamDefs
 from cntkio._src.config import keys as K
 from cntkio._src.config.syntax import Section, Value
 from cntkio._src.formats import image_transforms as T
-from cntkio._src.formats import registry
+from cntkio._src.formats import registry, remote
 from cntkio._src.formats.cbf import CBFDeserializer
 from cntkio._src.formats.ctf import DEFAULT_CHUNK_SIZE_IN_BYTES, CTFDeserializer
 from cntkio._src.formats.htk_features import HTKFeatureDeserializer
@@ -231,7 +231,7 @@ def _precision(section: Section) -> str:
 
 def _path(value: Value, context: Context) -> str:
     path = value.text
-    return path if os.path.isabs(path) else os.path.join(context.base_dir, path)
+    return path if os.path.isabs(path) or remote.is_remote(path) else os.path.join(context.base_dir, path)
 
 
 def _required(section: Section, key: str, what: str) -> Value:

@@ -342,7 +342,8 @@ class FileBacked:
 
     def __reduce__(self) -> tuple[Any, ...]:
         args, kwargs = self._arguments
-        return (reopen, (type(self), args, kwargs, identities(self.data_files)))
+        carried = remote.carried([f.path for f in self.data_files])
+        return (reopen, (type(self), args, kwargs, identities(self.data_files), carried))
 
 
 def identities(files: list[DataFile]) -> list[FileIdentity]:
@@ -354,14 +355,22 @@ def changes_since_pickled(then: FileIdentity, now: FileIdentity) -> list[str]:
     """What differs between a file as a pickled deserializer had it open (``then``) and as its copy opened it
     (``now``): everything, change time included, when it is the same file (device and inode); size and
     modification time when it is another one (a copy where the deserializer was unpickled, say another node's)."""
-    if (now.device, now.inode) != (then.device, then.inode):
+    if (now.device, now.inode) != (then.device, then.inode) and REMOTE_DEVICE not in (then.device, now.device):
         now = now._replace(device=then.device, inode=then.inode, ctime_ns=then.ctime_ns)
-    return then.changes(now)
+    return then.changes(now)  # (a remote object's version is its inode: another version is a change)
 
 
-def reopen(cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any], expected: list[FileIdentity]) -> Any:
+def reopen(
+    cls: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    expected: list[FileIdentity],
+    carried: dict[str, dict[str, Any]] | None = None,
+) -> Any:
     """Unpickles a file deserializer (one with ``data_files``): opens (and indexes) its files again, refusing
-    any that changed since it was pickled (other data under the same name)."""
+    any that changed since it was pickled (other data under the same name). ``carried``: the storage options of
+    its remote data (:func:`~cntkio._src.formats.remote.carried`)."""
+    remote.adopt(carried)
     reader = cls(*args, **kwargs)
     for file, identity in zip(reader.data_files, expected):
         changes = changes_since_pickled(FileIdentity(*identity), file.identity)
@@ -404,6 +413,18 @@ def read_listing(path: str, what: str) -> bytes:
         return file.read()
 
 
+def read_head(path: str, count: int) -> bytes:
+    """The first ``count`` bytes (fewer when it is shorter) of a local file or a remote object."""
+    if remote.is_remote(path):
+        head = RemoteDataFile(path, "data", allow_empty=True)
+        try:
+            return head.read_ranges([(0, min(count, head.size))])[0]
+        finally:
+            head.close()
+    with open(path, "rb") as file:
+        return file.read(count)
+
+
 def read_identity(path: str) -> FileIdentity:
     """The identity of a remote object now (one metadata request)."""
     found = RemoteDataFile(path, "listing", allow_empty=True)
@@ -421,17 +442,29 @@ def _regular_identity(path: str) -> FileIdentity | None:
     return FileIdentity.of(info) if stat.S_ISREG(info.st_mode) else None
 
 
+def pickled_as_arguments(reader: Any) -> tuple[Any, ...]:
+    """What a deserializer built from its arguments (``_arguments``) pickles as: :func:`rebuild_unchanged` of them,
+    with its :meth:`fingerprint`, the identities of the files it read whole (``parsed_files``) and the storage
+    options of its remote data."""
+    args, kwargs = reader._arguments
+    parsed = getattr(reader, "parsed_files", [])
+    carried = remote.carried([path for path, _ in parsed] + [getattr(reader, "filename", "")])
+    return (rebuild_unchanged, (type(reader), args, kwargs, reader.fingerprint(), [i for _, i in parsed], carried))
+
+
 def rebuild_unchanged(
     cls: Any,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     fingerprint: list[Any],
     parsed: list[FileIdentity | None] | None = None,
+    carried: dict[str, dict[str, Any]] | None = None,
 ) -> Any:
     """Unpickles a deserializer built from its arguments: builds it again (reading its files), refusing it when
     its :meth:`fingerprint` differs from the pickled one, or when a file it read whole (its ``parsed_files``:
     paths and identities, from :func:`read_whole`) is not as the pickled one read it (``parsed``; the change time
     too for the same file, see :func:`changes_since_pickled`): the files changed meanwhile."""
+    remote.adopt(carried)
     reader = cls(*args, **kwargs)
     changes: list[str] = []
     where = reader.source_name

@@ -34,9 +34,9 @@ from cntkio._src.formats.data_file import (
     FileIdentity,
     checked_name,
     open_data_file,
+    pickled_as_arguments,
     read_identity,
     read_whole,
-    rebuild_unchanged,
 )
 from cntkio._src.formats.error_ledger import ErrorLedger
 from cntkio._src.formats.htk_files import HTKHeader, read_header_at
@@ -623,14 +623,13 @@ class HTKFeatureDeserializer(FeatureStreamOptions):
                     headers = [_header_of(f) for f in files]
                     scale = np.stack([h.scale for h in headers])  # type: ignore[misc]
                     bias = np.stack([h.bias for h in headers])  # type: ignore[misc]
-                staged = contextlib.ExitStack()
-                for j, data_file in enumerate(files):  # (remote objects: the runs' bytes fetched)
-                    if data_file.is_remote:
-                        mine, frame = local == j, self.header.sample_size
-                        first = self.header.data_offset + runs.first_frames[mine].astype(np.int64) * frame
-                        ends = first + runs.frames[mine].astype(np.int64) * frame
-                        staged.enter_context(data_file.staged(list(zip(first.tolist(), ends.tolist()))))
-                with staged:
+                with contextlib.ExitStack() as staged:
+                    for j, data_file in enumerate(files):  # (remote objects: the runs' bytes fetched)
+                        if data_file.is_remote:
+                            mine, frame = local == j, self.header.sample_size
+                            first = self.header.data_offset + runs.first_frames[mine].astype(np.int64) * frame
+                            ends = first + runs.frames[mine].astype(np.int64) * frame
+                            staged.enter_context(data_file.staged(list(zip(first.tolist(), ends.tolist()))))
                     values, short = _native.htk_read(
                         np.array([f.fd for f in files], dtype=np.int32),
                         self._swap[used],
@@ -715,8 +714,7 @@ class HTKFeatureDeserializer(FeatureStreamOptions):
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickles as its arguments; the copy indexes the files again and refuses any that changed."""
-        args, kwargs = self._arguments
-        return (rebuild_unchanged, (type(self), args, kwargs, self.fingerprint(), [i for _, i in self.parsed_files]))
+        return pickled_as_arguments(self)
 
 
 _NO_VECTORS = np.zeros((0, 0), dtype=np.float32)

@@ -17,7 +17,7 @@ from cntkio._src.common.arrays import narrow_lengths
 from cntkio._src.common.errors import ConfigError, FormatError, Location
 from cntkio._src.common.streams import StreamInformation, iter_stream_defs, parse_precision
 from cntkio._src.formats import remote
-from cntkio._src.formats.data_file import FileIdentity, checked_name, read_identity, read_whole, rebuild_unchanged
+from cntkio._src.formats.data_file import FileIdentity, checked_name, pickled_as_arguments, read_identity, read_whole
 from cntkio._src.formats.error_ledger import ErrorLedger
 from cntkio._src.formats.identity import array_digest
 from cntkio._src.formats.mlf import InvalidEntry, MlfIndex, check_max_errors, parse_mlf, read_state_list
@@ -266,5 +266,4 @@ class HTKMLFDeserializer(IndexedDeserializer):
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickles as its arguments; the copy parses the files again and refuses any that changed."""
-        args, kwargs = self._arguments
-        return (rebuild_unchanged, (type(self), args, kwargs, self.fingerprint(), [i for _, i in self.parsed_files]))
+        return pickled_as_arguments(self)

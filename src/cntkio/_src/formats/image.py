@@ -28,9 +28,9 @@ from cntkio._src.common.streams import StreamInformation, iter_stream_defs, pars
 from cntkio._src.formats import remote
 from cntkio._src.formats.data_file import (
     open_data_file,
+    pickled_as_arguments,
     read_identity,
     read_whole,
-    rebuild_unchanged,
     require_regular_file,
 )
 from cntkio._src.formats.error_ledger import ErrorLedger
@@ -420,8 +420,7 @@ class ImageDeserializer(ImageDeserializerBase):
         self.archives.close()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        args, kwargs = self._arguments
-        return (rebuild_unchanged, (type(self), args, kwargs, self.fingerprint(), [i for _, i in self.parsed_files]))
+        return pickled_as_arguments(self)
 
 
 class Base64ImageDeserializer(Sharded, ImageDeserializerBase):
@@ -490,8 +489,7 @@ class Base64ImageDeserializer(Sharded, ImageDeserializerBase):
         self._file.close()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        args, kwargs = self._arguments
-        return (rebuild_unchanged, (type(self), args, kwargs, self.fingerprint(), [i for _, i in self.parsed_files]))
+        return pickled_as_arguments(self)
 
 
 __all__: Sequence[str] = ["Base64ImageDeserializer", "ImageDeserializer"]

@@ -89,22 +89,28 @@ class IndexCache:
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
-        """Holds an exclusive lock on the cache (``<cache file>.lock``, ``flock``) while the block loads, builds and
-        stores the index: processes opening the same data at once (the ranks of a job on one node, or on a shared
-        cache directory) wait for the first to build it, then load it. Without a lock (a read-only directory, a
-        filesystem without locks) the block runs unlocked."""
-        try:
-            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-            descriptor = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
-        except OSError:
-            yield
-            return
+        """Holds an exclusive lock (``flock``) while the block loads, builds and stores the index: processes opening
+        the same data at once (the ranks of a job on one node, or sharing a cache directory) wait for the first to
+        build it, then load it. A local data file is itself the lock (no file is added beside it); a remote object's
+        lock is ``<cache file>.lock`` in the local cache directory. Where locks are not available (a filesystem
+        without them, a cache directory that cannot be written) the block runs unlocked."""
+        if not self.data_file.is_remote:
+            descriptor = os.dup(self.data_file.fd)
+        else:
+            try:
+                os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+                descriptor = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+            except OSError:
+                yield
+                return
         try:
             with contextlib.suppress(OSError):
                 fcntl.flock(descriptor, fcntl.LOCK_EX)
             yield
         finally:
-            os.close(descriptor)  # (releases the lock)
+            with contextlib.suppress(OSError):
+                fcntl.flock(descriptor, fcntl.LOCK_UN)  # (the data file's own descriptor stays open)
+            os.close(descriptor)
 
     # --- identity of the data ----------------------------------------------------------------------------------
     def _identity(self) -> dict[str, Any]:

@@ -27,7 +27,13 @@ from cntkio._src.common.arrays import narrow_lengths
 from cntkio._src.common.errors import ConfigError, FormatError, Location
 from cntkio._src.common.keys import TextKeys
 from cntkio._src.common.streams import StreamDefs, StreamInformation, iter_stream_defs
-from cntkio._src.formats.data_file import DataFile, read_whole, rebuild_unchanged, refuse_remote, require_regular_file
+from cntkio._src.formats.data_file import (
+    DataFile,
+    pickled_as_arguments,
+    read_whole,
+    refuse_remote,
+    require_regular_file,
+)
 from cntkio._src.formats.htk_features import (
     DEFAULT_CHUNK_FRAMES,
     FILES_PER_READ,
@@ -533,8 +539,7 @@ class KaldiDeserializer(FeatureStreamOptions):
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickles as its arguments; the copy indexes the archives again and refuses any that changed."""
-        args, kwargs = self._arguments
-        return (rebuild_unchanged, (type(self), args, kwargs, self.fingerprint(), [i for _, i in self.parsed_files]))
+        return pickled_as_arguments(self)
 
 
 __all__: Sequence[str] = ["KaldiDeserializer", "is_archive"]

@@ -22,6 +22,7 @@ from cntkio._src.formats.cbf import CBFDeserializer
 from cntkio._src.formats.cbf_writer import MAGIC, write_cbf
 from cntkio._src.formats.ctf import DEFAULT_CHUNK_SIZE_IN_BYTES, CTFDeserializer
 from cntkio._src.formats.ctf_infer import infer_streams
+from cntkio._src.formats.data_file import read_head
 from cntkio._src.formats.htk_features import HTKFeatureDeserializer
 from cntkio._src.formats.htk_labels import HTKMLFDeserializer
 from cntkio._src.formats.image import Base64ImageDeserializer, ImageDeserializer
@@ -145,7 +146,5 @@ def opened_as(path: str | os.PathLike[str]) -> Format:
     """The format a data file is opened as by :attr:`Format.open`: the one whose magic number it starts with, else
     CTF (the text format, whose streams are found by a scan). ``OSError`` when it cannot be read."""
     longest = max(len(f.magic) for f in FORMATS)
-    with open(path, "rb") as f:
-        start = f.read(longest)
-    return by_magic(start) or CTF
+    return by_magic(read_head(os.fspath(path), longest)) or CTF
 

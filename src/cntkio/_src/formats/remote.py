@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import logging
 import os
 import re
 import tempfile
@@ -30,7 +31,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from cntkio import _native
-from cntkio._src.common.errors import FormatError, Location
+from cntkio._src.common.errors import ConfigError, FormatError, Location
 
 __all__ = [
     "FetchStats",
@@ -45,6 +46,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+logger = logging.getLogger("cntkio")
+_UNVERSIONED: set[str] = set()  # objects warned about
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _LOCAL_PROTOCOLS = {"file", "local"}
 
@@ -52,8 +55,9 @@ _LOCAL_PROTOCOLS = {"file", "local"}
 def is_remote(path: str) -> bool:
     """Whether ``path`` names remote data: a URL of a protocol other than ``file://``, or a chained fsspec URL
     (``simplecache::s3://...``)."""
+    last = _URL.match(path.split("::")[-1]) if "::" in path else None  # (a chain ends in a URL: a::b:: is a name)
     match = _URL.match(path)
-    return "::" in path.split("/", 1)[0] or (match is not None and match.group(1).lower() not in _LOCAL_PROTOCOLS)
+    return last is not None or (match is not None and match.group(1).lower() not in _LOCAL_PROTOCOLS)
 
 
 def default_cache_dir() -> str:
@@ -72,12 +76,15 @@ class RemoteSettings:
 
     ``retries``: attempts after the first for a failing range (transient errors: connection, timeout, 5xx, ...);
     ``backoff``: seconds before the first retry, doubled each time; ``part_bytes``: a range longer than this is
-    fetched as parts of this size, concurrently; ``cache_dir``: where staging files go (None:
-    :func:`default_cache_dir`); ``storage_options``: per protocol, keyword arguments of its fsspec filesystem."""
+    fetched as parts of this size, ``concurrency`` parts at a time (a read holds their bytes); ``cache_dir``: where
+    staging files go (None: :func:`default_cache_dir`); ``storage_options``: per protocol, keyword arguments of its
+    fsspec filesystem. A pickled deserializer of remote data carries the options of its protocol (as fsspec's
+    filesystems pickle theirs), so workers it is sent to reach the same store."""
 
     retries: int = 5
     backoff: float = 0.1
     part_bytes: int = 8 << 20
+    concurrency: int = 8
     cache_dir: str | None = None
     storage_options: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
@@ -96,11 +103,13 @@ def configure(
     retries: int | None = None,
     backoff: float | None = None,
     part_bytes: int | None = None,
+    concurrency: int | None = None,
     cache_dir: str | None = None,
     **storage_options: Any,
 ) -> RemoteSettings:
     """Sets how remote data is read: ``configure("s3", endpoint_url=..., key=..., secret=...)`` gives the ``s3``
-    filesystem these options; ``retries``, ``backoff``, ``part_bytes`` and ``cache_dir`` are for every protocol.
+    filesystem these options; ``retries``, ``backoff``, ``part_bytes``, ``concurrency`` and ``cache_dir`` are for
+    every protocol.
     Deserializers opened afterwards use them. Returns the settings."""
     if storage_options and protocol is None:
         raise TypeError("configure: storage options need the protocol they are for, e.g. configure('s3', ...)")
@@ -114,11 +123,34 @@ def configure(
         if part_bytes < 1 << 16:
             raise ValueError(f"part_bytes must be at least 65536, got {part_bytes}")
         _SETTINGS.part_bytes = int(part_bytes)
+    if concurrency is not None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        _SETTINGS.concurrency = int(concurrency)
     if cache_dir is not None:
         _SETTINGS.cache_dir = os.fspath(cache_dir)
     if protocol is not None:
         _SETTINGS.storage_options[protocol] = dict(storage_options)
     return _SETTINGS
+
+
+def carried(paths: list[str]) -> dict[str, dict[str, Any]] | None:
+    """The storage options (:func:`configure`) of the protocols of the remote ``paths``, for a pickled deserializer
+    to carry to the process it is sent to (None: nothing to carry)."""
+    found = {}
+    for path in paths:
+        if is_remote(path):
+            for layer in (part.split("://")[0].lower() for part in path.split("::")):
+                if layer in _SETTINGS.storage_options:
+                    found[layer] = _SETTINGS.storage_options[layer]
+    return found or None
+
+
+def adopt(options: dict[str, dict[str, Any]] | None) -> None:
+    """Takes storage options a pickled deserializer carried (:func:`carried`) for the protocols this process has
+    not configured itself."""
+    for protocol, values in (options or {}).items():
+        _SETTINGS.storage_options.setdefault(protocol, dict(values))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,12 +193,18 @@ def _fsspec() -> Any:
 def filesystem(url: str) -> tuple[Any, str]:
     """The fsspec filesystem for ``url`` (with :func:`configure`'s options for its protocol) and the path in it."""
     fsspec = _fsspec()
-    match = _URL.match(url.split("::")[-1])
-    protocol = match.group(1).lower() if match else ""
+    if "::" in url:  # a chain (simplecache::s3://...): each layer's options under its protocol's name
+        layers = [part.split("://")[0].lower() for part in url.split("::")]
+        options = {layer: _SETTINGS.storage_options[layer] for layer in layers if layer in _SETTINGS.storage_options}
+    else:
+        match = _URL.match(url)
+        options = dict(_SETTINGS.storage_options.get(match.group(1).lower() if match else "", {}))
     try:
-        fs, path = fsspec.core.url_to_fs(url, **_SETTINGS.storage_options.get(protocol, {}))
-    except (ImportError, ValueError) as error:
+        fs, path = fsspec.core.url_to_fs(url, **options)
+    except ImportError as error:
         raise ImportError(f"cannot read {url}: {error}") from None
+    except ValueError as error:
+        raise ConfigError(f"cannot read {url}: {error}") from None
     return fs, path
 
 
@@ -192,21 +230,41 @@ def _version(info: dict[str, Any]) -> str:
 
 
 _NOT_THERE = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
-_PERMANENT = (*_NOT_THERE, FormatError)  # not retried
+_CREDENTIALS = {"NoCredentialsError", "PartialCredentialsError", "NoAuthTokenError"}  # (botocore's, by name)
+_TRANSIENT_NAMES = ("Connect", "Disconnect", "Timeout")  # in the class names of aiohttp's and botocore's errors
 
 
-def retried(call: Callable[[], T], what: str, permanent: tuple[type[BaseException], ...]) -> T:
-    """``call()``, called again after a transient error (anything but ``permanent``) up to the settings' ``retries``
+def permanent(error: BaseException, *, found: bool = False) -> bool:
+    """Whether ``error`` is final, not retried: bad data (a :class:`FormatError`), missing credentials, or an object
+    that is not there or not allowed — unless the "not found" hides a transient failure (fsspec's HTTP filesystem
+    reports a failing server so: a 5xx or 429 answer, a connection error or a timeout as its cause), or the object
+    was ``found`` before (then it is retried, and its version check tells a deletion)."""
+    if isinstance(error, FormatError) or type(error).__name__ in _CREDENTIALS:
+        return True
+    if not isinstance(error, _NOT_THERE):
+        return False
+    if found and isinstance(error, FileNotFoundError):
+        return False
+    cause = error.__cause__
+    status = getattr(cause, "status", None)
+    if isinstance(status, int):
+        return not (status >= 500 or status == 429)
+    named = any(name in type(cause).__name__ for name in _TRANSIENT_NAMES)
+    return not (named or isinstance(cause, (ConnectionError, TimeoutError)))
+
+
+def retried(call: Callable[[], T], what: str, *, found: bool = False) -> T:
+    """``call()``, called again after a transient error (one not :func:`permanent`) up to the settings' ``retries``
     times with a doubling delay; then an ``OSError`` saying what could not be read (``what``), after how many
     attempts and the last error."""
     delay = _SETTINGS.backoff
     for attempt in range(_SETTINGS.retries + 1):
         try:
             return call()
-        except permanent:
-            raise
-        except Exception as error:  # a transient error (connection, timeout, server error): retried
-            if attempt == _SETTINGS.retries:
+        except Exception as error:
+            if permanent(error, found=found):
+                raise
+            if attempt == _SETTINGS.retries:  # a transient error (connection, timeout, server error) every time
                 raise OSError(
                     f"cannot read {what} after {attempt + 1} attempts: {type(error).__name__}: {error}"
                 ) from error
@@ -220,7 +278,7 @@ def read_object(url: str) -> bytes:
     """The whole object at ``url`` in one read, retried on transient errors (an image a map file names: read whole
     and current at each read, as a local image file is)."""
     fs, path = filesystem(url)
-    data: bytes = retried(lambda: fs.cat_file(path), url, _PERMANENT)
+    data: bytes = retried(lambda: fs.cat_file(path), url)
     _count(0, len(data))
     _count(1)
     return data
@@ -240,6 +298,13 @@ class RemoteObject:
             raise FormatError(f"{kind} input is a directory, not an object", Location(url, 0))
         self.size = int(info.get("size") or 0)
         self.version = _version(info)
+        if not self.version and url not in _UNVERSIONED:
+            _UNVERSIONED.add(url)
+            logger.warning(
+                "%s: the store reports no version (ETag, generation, modification time) of this object: a change "
+                "that keeps its size cannot be detected",
+                url,
+            )
         self._staging: _Staging | None = None
         self._lock = threading.Lock()
 
@@ -258,8 +323,7 @@ class RemoteObject:
         _count(3)
         with contextlib.suppress(Exception):
             self.fs.invalidate_cache(self.path)
-        permanent = _PERMANENT if opening else tuple(e for e in _PERMANENT if e is not FileNotFoundError)
-        result: dict[str, Any] = retried(lambda: self.fs.info(self.path), f"metadata of {self.url}", permanent)
+        result: dict[str, Any] = retried(lambda: self.fs.info(self.path), f"metadata of {self.url}", found=not opening)
         return result
 
     # --- identity ---------------------------------------------------------------------------------------------
@@ -291,8 +355,15 @@ class RemoteObject:
 
     def _stage_file(self) -> _Staging:
         with self._lock:
-            if self._staging is None or self._staging.pid != os.getpid():
+            if self._staging is None:
                 self._staging = _Staging(self.size)
+            elif self._staging.pid != os.getpid():  # a forked child: a staging file of its own, under the number
+                inherited = self._staging.fd  # the parent's had (native readers may keep the number: CbfFile)
+                self._staging = _Staging(self.size)
+                if inherited >= 0:
+                    os.dup2(self._staging.fd, inherited)  # (closes the inherited descriptor)
+                    os.close(self._staging.fd)
+                    self._staging.fd = inherited
             return self._staging
 
     @contextlib.contextmanager
@@ -314,8 +385,15 @@ class RemoteObject:
             staging.release(token)
 
     def _fetch(self, staging: _Staging, spans: list[tuple[int, int]]) -> None:
+        """Fetches ``spans`` into the staging file as parts of at most ``part_bytes``, ``concurrency`` parts at a
+        time (so at most that many parts are in memory), each written before the next batch is asked for."""
         step = _SETTINGS.part_bytes
         parts = [(a, min(b, a + step)) for a, b in spans for a in range(a, b, step)]
+        batch = _SETTINGS.concurrency
+        for first in range(0, len(parts), batch):
+            self._fetch_parts(staging, parts[first : first + batch])
+
+    def _fetch_parts(self, staging: _Staging, parts: list[tuple[int, int]]) -> None:
         pending = parts
         delay = _SETTINGS.backoff
         for attempt in range(_SETTINGS.retries + 1):
@@ -326,9 +404,9 @@ class RemoteObject:
             last: BaseException | None = None
             for (a, b), data in zip(pending, results):
                 if isinstance(data, BaseException):
-                    if isinstance(data, FormatError):
+                    if isinstance(data, FormatError) or type(data).__name__ in _CREDENTIALS:
                         raise data
-                    if isinstance(data, _NOT_THERE):
+                    if isinstance(data, _NOT_THERE) and permanent(data):
                         raise type(data)(f"cannot read {self.url} bytes [{a}, {b}): {data}") from data
                     failed.append((a, b))
                     last = data
@@ -338,7 +416,8 @@ class RemoteObject:
                 if len(data) != b - a:
                     self.check_unchanged("indexed")
                     raise FormatError(
-                        f"the object returned {len(data)} bytes for a range of {b - a} (shorter than when indexed?)",
+                        f"the store returned {len(data)} bytes for a range of {b - a} (a server without ranged "
+                        "reads, or an object shorter than when it was opened)",
                         Location(self.url, a + len(data)),
                     )
                 staging.write(a, data)
