@@ -512,3 +512,25 @@ def test_an_offset_past_the_end_or_before_the_key(tmp_path: Path) -> None:
     with pytest.raises(FormatError, match="too close to the start"):
         deserializer(tmp_path / "x.scp", max_errors=1)
     assert scp.exists()
+
+
+def test_without_a_shape_the_dimension_is_the_matrices_and_the_command_line_knows_kaldi(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from cntkio._src.formats.sniff import detect_bytes
+
+    utterances = make_utterances(5)
+    scp = write(tmp_path, utterances)
+    reader = KaldiDeserializer(StreamDefs(feats=StreamDef(scp=str(scp))))
+    assert reader.frame_dim == DIM and reader.stream_infos()[0].shape == (DIM,)
+    assert_same(read_all(reader), utterances)
+    windowed = KaldiDeserializer(StreamDefs(feats=StreamDef(scp=str(scp), context=(1, 1))))
+    assert windowed.stream_infos()[0].shape == (3 * DIM,)
+    ark = next(tmp_path.glob("*.ark"))
+    assert detect_bytes(ark.read_bytes()[:4096], str(ark)).format == "kaldi"
+    assert detect_bytes(scp.read_bytes(), str(scp)).format == "kaldi"
+    for path in (scp, ark):
+        out = subprocess.run([sys.executable, "-m", "cntkio", "inspect", str(path)], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        assert "utterances 5" in out.stdout and f"dim        {DIM}" in out.stdout

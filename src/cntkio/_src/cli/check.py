@@ -35,7 +35,14 @@ from cntkio._src.cli.inspect_ctf import (
     inspect_file,
     unknown_inputs,
 )
-from cntkio._src.cli.inspect_formats import inspect_cbf, inspect_image_map, inspect_mlf, inspect_reader, inspect_scp
+from cntkio._src.cli.inspect_formats import (
+    inspect_cbf,
+    inspect_image_map,
+    inspect_kaldi,
+    inspect_mlf,
+    inspect_reader,
+    inspect_scp,
+)
 from cntkio._src.cli.report_text import print_report, print_validation, several_dict, validation_dict, write_agreement
 from cntkio._src.common.errors import ConfigError, FormatError
 from cntkio._src.common.progress import Phases
@@ -210,6 +217,10 @@ def _inspect_scp(path: str, args: argparse.Namespace, progress: Progress, full: 
     return inspect_scp(path, progress=progress, preview=getattr(args, "preview", 0))
 
 
+def _inspect_kaldi(path: str, args: argparse.Namespace, progress: Progress, full: bool) -> Report:
+    return inspect_kaldi(path, progress=progress, preview=getattr(args, "preview", 0))
+
+
 def _inspect_mlf(path: str, args: argparse.Namespace, progress: Progress, full: bool) -> Report:
     return inspect_mlf(path, labels=args.labels, preview=getattr(args, "preview", 0))
 
@@ -230,6 +241,7 @@ INSPECTORS: dict[str, Inspector] = {
     registry.MLF.name: _inspect_mlf,
     registry.IMAGE_MAP.name: _inspect_images(base64=False),
     registry.BASE64_IMAGE.name: _inspect_images(base64=True),
+    registry.KALDI.name: _inspect_kaldi,
 }
 
 

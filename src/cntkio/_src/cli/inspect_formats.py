@@ -47,6 +47,7 @@ from cntkio._src.formats.image_map import (
     read_image_bytes,
 )
 from cntkio._src.formats.image_map_check import map_errors
+from cntkio._src.formats.kaldi import KaldiDeserializer
 from cntkio._src.formats.mlf import MAX_DIM, parse_mlf, read_state_list
 from cntkio._src.formats.protocol import Deserializer
 from cntkio._src.formats.scp import parse_scp
@@ -153,6 +154,29 @@ def inspect_scp(path: str, *, progress: Progress | None = None, preview: int = 0
         report.snippet = (
             "from cntkio import HTKFeatureDeserializer, StreamDef, StreamDefs\n\n"
             f"reader = HTKFeatureDeserializer(StreamDefs(features=StreamDef(shape={dim}, scp={json.dumps(path)})))\n"
+        )
+    finally:
+        reader.close()
+    return report
+
+
+def inspect_kaldi(path: str, *, progress: Progress | None = None, preview: int = 0) -> Report:
+    """Kaldi features, a binary archive or a feats.scp listing archives: every matrix read (the dimension that of the
+    first usable one; matrices of other column counts, bad offsets and unreadable archives are errors)."""
+    report = Report(path, os.path.getsize(path), False, [], format=registry.KALDI.name)
+    try:
+        reader = KaldiDeserializer(StreamDefs(features=StreamDef(scp=path)), max_errors=sys.maxsize, trace_level=0)
+    except FormatError as e:
+        report.fatal = e
+        return report
+    try:
+        report.summary = reader.describe()
+        report.summary["sequences"] = report.summary["utterances"]
+        inspect_deserializer(reader, report, progress=progress, preview=preview)
+        report.snippet = (
+            "from cntkio import KaldiDeserializer, StreamDef, StreamDefs\n\n"
+            f"reader = KaldiDeserializer(StreamDefs(features=StreamDef(shape={reader.frame_dim}, "
+            f"scp={json.dumps(path)})))\n"
         )
     finally:
         reader.close()

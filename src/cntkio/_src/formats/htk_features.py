@@ -312,10 +312,10 @@ class FeatureStreamOptions(IndexedDeserializer):
             raise ConfigError(f"stream '{name}': {kind} features are dense")
         if not definition.scp:
             raise ConfigError(f"stream '{name}': {scp_hint} is required")
-        if definition.shape is None:
+        if definition.shape is None and kind == "HTK":  # (Kaldi: the dimension of the matrices, _config_dim 0)
             raise ConfigError(f"stream '{name}': shape (the per-frame dimension) is required")
         self.broadcast = bool(definition.broadcast)
-        self._config_dim = definition.dim()
+        self._config_dim = 0 if definition.shape is None else definition.dim()
         self._context = _context(definition.context, name)
         self.dtype = parse_precision(precision)
         if chunk_frames < 1:

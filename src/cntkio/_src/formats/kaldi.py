@@ -86,7 +86,8 @@ class KaldiDeserializer(FeatureStreamOptions):
 
     Args:
         streams: ``StreamDefs(name=StreamDef(shape=DIM, scp=PATH_OR_LIST, context=(LEFT, RIGHT)))``, as
-            :class:`~cntkio.HTKFeatureDeserializer` takes them. ``scp`` names Kaldi scp files (lines
+            :class:`~cntkio.HTKFeatureDeserializer` takes them (``shape`` may be left out: the column count of the
+            first usable matrix is then the dimension). ``scp`` names Kaldi scp files (lines
             ``key path:offset``, the offset of the matrix's ``\\0B`` marker, or ``key path`` for a file holding one
             matrix) or binary archives (``.ark``), read directly: their headers are scanned, the data skipped.
             ``DIM`` is the matrices' column count (with ``context=None``, an odd multiple ``w`` of it selects the
@@ -377,6 +378,8 @@ class KaldiDeserializer(FeatureStreamOptions):
         (the shape then refused as a configuration error); None when none is usable. Matrices of other column
         counts are bad records."""
         dim = self._config_dim
+        if dim == 0:  # (no shape: the first usable matrix's column count is the dimension)
+            return int(np.argmax(usable)) if usable.any() else None
         fits = cols == dim
         if self._context is None:
             divisor = np.maximum(cols, 1)
@@ -395,7 +398,10 @@ class KaldiDeserializer(FeatureStreamOptions):
         self.errors.add(("matrix", location.file, location.offset), lambda: FormatError(reason, location))
 
     def _configure_dimension(self, file_dim: int, path: str) -> None:
-        left, right = context_window(self._config_dim, file_dim, self._context, self.stream_name, path)
+        if self._config_dim == 0:  # no shape given: the matrices' column count, with the context window given
+            left, right = self._context or (0, 0)
+        else:
+            left, right = context_window(self._config_dim, file_dim, self._context, self.stream_name, path)
         self.context = (left, right)
         self.frame_dim = file_dim
         width = file_dim * (1 + left + right)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from cntkio._src.common.errors import ConfigError
+from cntkio._src.common.streams import StreamDef, StreamDefs
 from cntkio._src.formats.cbf import CBFDeserializer
 from cntkio._src.formats.cbf_writer import MAGIC, write_cbf
 from cntkio._src.formats.ctf import DEFAULT_CHUNK_SIZE_IN_BYTES, CTFDeserializer
@@ -26,6 +27,7 @@ from cntkio._src.formats.data_file import read_head
 from cntkio._src.formats.htk_features import HTKFeatureDeserializer
 from cntkio._src.formats.htk_labels import HTKMLFDeserializer
 from cntkio._src.formats.image import Base64ImageDeserializer, ImageDeserializer
+from cntkio._src.formats.kaldi import KaldiDeserializer
 from cntkio._src.formats.protocol import Deserializer
 
 
@@ -105,9 +107,21 @@ IMAGE_MAP = Format("image-map", "an image map file", ImageDeserializer, "ImageDe
 BASE64_IMAGE = Format(
     "base64-image", "a Base64 image file", Base64ImageDeserializer, "Base64ImageDeserializer", "ImageReader"
 )
+
+
+def _open_kaldi(path: str, *, chunk_size_in_bytes: int | None = None, max_errors: int = 0) -> Deserializer:
+    if chunk_size_in_bytes is not None:
+        raise ConfigError(f"'{path}' is read as Kaldi features: its chunks count frames (no chunk size applies)")
+    return KaldiDeserializer(StreamDefs(features=StreamDef(scp=path)), max_errors=max_errors, trace_level=0)
+
+
+KALDI = Format(
+    "kaldi", "Kaldi features (a binary archive, or a feats.scp listing one)", KaldiDeserializer, extensions=(".ark",),
+    open=_open_kaldi,
+)  # fmt: skip
 CONFIG = Format("config", "a BrainScript config", extensions=(".cntk", ".bs", ".config"))
 
-FORMATS: tuple[Format, ...] = (CTF, CBF, SCP, MLF, IMAGE_MAP, BASE64_IMAGE, CONFIG)
+FORMATS: tuple[Format, ...] = (CTF, CBF, SCP, MLF, IMAGE_MAP, BASE64_IMAGE, KALDI, CONFIG)
 NAMES: tuple[str, ...] = tuple(f.name for f in FORMATS)
 _BY_NAME = {f.name: f for f in FORMATS}
 

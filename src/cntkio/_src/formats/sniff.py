@@ -15,7 +15,8 @@ import struct
 from dataclasses import dataclass
 
 from cntkio._src.formats import registry
-from cntkio._src.formats.registry import BASE64_IMAGE, CONFIG, CTF, IMAGE_MAP, MLF, SCP
+from cntkio._src.formats.kaldi import is_archive
+from cntkio._src.formats.registry import BASE64_IMAGE, CONFIG, CTF, IMAGE_MAP, KALDI, MLF, SCP
 
 SAMPLE_BYTES = 64 * 1024
 
@@ -34,6 +35,7 @@ _IMAGE_EXTENSIONS = (b".jpg", b".jpeg", b".png", b".bmp", b".gif", b".tif", b".t
 _CTF_FIELD = re.compile(rb"\|(#|[^\s|]+)")
 _CTF_NAME = re.compile(rb"\|([^\s|#][^\s|]*)")
 _CONFIG = re.compile(rb"(?im)^\s*(reader|readerType|deserializers|command|precision)\s*=")
+_KALDI_SCP_LINE = re.compile(rb"^\S+\s+\S+:\d+$")  # key path:offset
 _SCP_LINE = re.compile(rb"^[^\s=]+=\S+$|^\S+\.(mfc|fbank|plp|htk|fea|feat)$", re.IGNORECASE)
 _BASE64 = re.compile(rb"^[A-Za-z0-9+/]{16,}={0,2}$")
 _INTEGER = re.compile(rb"^\s*\+?\d+\s*$")
@@ -73,6 +75,8 @@ def detect_bytes(sample: bytes, name: str = "") -> Detection:
     for magic, what in _MAGICS.items():
         if sample.startswith(magic):
             return Detection(None, what)
+    if is_archive(sample):
+        return Detection(KALDI.name, "a binary Kaldi archive (a key, then a matrix marked '\\0B')")
     if extension in _HTK_EXTENSIONS or _looks_like_htk(sample):
         return Detection(None, "an HTK feature file (inspect the SCP file that lists it: name=path[start,end])")
     text = sample.removeprefix(b"\xef\xbb\xbf")
@@ -101,6 +105,8 @@ def detect_bytes(sample: bytes, name: str = "") -> Detection:
     broken = _broken_images(lines, columns)  # most lines are those of an image file: the others are its errors
     if broken is not None:
         return broken
+    if all(_KALDI_SCP_LINE.match(line.strip()) for line in lines):
+        return Detection(KALDI.name, "lines of key path:offset (a Kaldi feats.scp)")
     if sum(1 for line in lines if _SCP_LINE.match(line.strip())) >= 0.9 * len(lines):
         return Detection(SCP.name, "lines of name=path[start,end]")
     if named is SCP:
