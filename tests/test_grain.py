@@ -87,8 +87,9 @@ def dense_words(record: dict[str, Any]) -> np.ndarray:
     return out
 
 
-def test_the_source_holds_every_sequence_as_cntkio_reads_it(data: str) -> None:
-    source = SequenceSource(reader(data))
+@pytest.mark.parametrize("read", ["sequence", "chunk"])
+def test_the_source_holds_every_sequence_as_cntkio_reads_it(data: str, read: str) -> None:
+    source = SequenceSource(reader(data), read=read)
     expected = direct(data)
     assert len(source) == SEQUENCES == len(expected)
     assert reader(data).num_chunks() > 3  # (several chunks: the cache and the chunk lookup matter)
@@ -100,18 +101,19 @@ def test_the_source_holds_every_sequence_as_cntkio_reads_it(data: str) -> None:
         np.testing.assert_array_equal(record["feats"], expected[key]["feats"])
         np.testing.assert_array_equal(dense_words(record), expected[key]["words"])
         assert record["words"]["indices"].dtype == np.int32 and record["words"]["indptr"][0] == 0
-    assert source.chunks_parsed == reader(data).num_chunks()  # (in order: each chunk parsed once)
+    # by chunk, in order: each chunk parsed once; by sequence: none (each read by its own byte range)
+    assert source.chunks_parsed == (reader(data).num_chunks() if read == "chunk" else 0)
     assert source[-1]["key"] == source[len(source) - 1]["key"]
     with pytest.raises(IndexError, match="out of range"):
         source[len(source)]
-    dense = SequenceSource(reader(data), sparse="dense", key_field=None)
+    dense = SequenceSource(reader(data), sparse="dense", key_field=None, read=read)
     record = dense[7]
     assert set(record) == {"words", "feats"}
     np.testing.assert_array_equal(record["words"], expected[7]["words"])
 
 
 def test_the_cache_is_bounded_and_thread_safe(data: str) -> None:
-    source = SequenceSource(reader(data), cache_chunks=2)
+    source = SequenceSource(reader(data), cache_chunks=2, read="chunk")
     chunks = reader(data).num_chunks()
     order = np.random.default_rng(3).permutation(len(source))
     results: dict[int, Any] = {}
@@ -129,7 +131,7 @@ def test_the_cache_is_bounded_and_thread_safe(data: str) -> None:
     assert all(int(results[i]["key"]) == i for i in results)
     assert len(source._cache._chunks) <= 2
     assert source.chunks_parsed > chunks  # (random order over a 2-chunk cache parses chunks again)
-    tiny = SequenceSource(reader(data), cache_bytes=1)
+    tiny = SequenceSource(reader(data), cache_bytes=1, read="chunk")
     for i in range(len(tiny)):
         assert int(tiny[i]["key"]) == i
     assert len(tiny._cache._chunks) == 1  # (the chunk being read stays, whatever its size)
@@ -316,3 +318,19 @@ def test_a_closed_iterator_refuses_to_go_on(data: str) -> None:
     assert iterator.source.closed
     with pytest.raises(ValueError, match="closed"):
         next(iterator)
+
+
+def test_a_sequence_read_alone_that_has_a_bad_record_is_read_with_its_chunk_and_counted(tmp_path: Path) -> None:
+    path = tmp_path / "bad.ctf"
+    lines = [f"{i} |feats {i} {i + 1} {i + 2}\n" for i in range(40)]
+    lines[17] = "17 |feats 1 x 3\n"  # a bad value
+    path.write_text("".join(lines))
+    deserializer = CTFDeserializer(str(path), StreamDefs(feats=StreamDef(shape=3)), max_errors=5,
+                                   chunk_size_in_bytes=200)  # fmt: skip
+    source = SequenceSource(deserializer)
+    clean = source[3]
+    assert clean is not None and source.chunks_parsed == 0
+    np.testing.assert_array_equal(clean["feats"], [[3, 4, 5]])
+    source[17]  # (parsed with its chunk: the error is counted with its line)
+    assert source.chunks_parsed == 1 and deserializer.errors.count == 2  # (the value, and the line left empty)
+    assert {(e.location.line, e.location.sequence_key) for e in deserializer.errors.errors} == {(18, 17)}

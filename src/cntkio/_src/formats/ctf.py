@@ -371,6 +371,28 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
             self._log_notes(stats)
         return self._chunk(streams, invalid)
 
+    def read_sequence(self, sequence: int) -> ParsedChunk | None:
+        """Sequence ``sequence`` (of the index) alone, as a chunk of one sequence, parsed from its own byte range
+        rather than its chunk's (random access: Grain's :class:`~cntkio.grain.SequenceSource`). None when its parse
+        notes anything — a bad record, padded samples, an unknown input: the caller reads its chunk instead, which
+        counts and reports them with their line numbers."""
+        start = int(self._offsets[sequence])
+        end = start + int(self._sizes[sequence])
+        self.data_file.require_open()
+        try:
+            with self.data_file.staged([(start, end)]):
+                streams, errors, stats = _native.ctf_parse(
+                    self.data_file.fd, start, end, 0, np.zeros(1, dtype=np.int64), np.array([end - start]),
+                    int(self.id_mode), self._aliases, self.dtype == np.float64, not self.compat, threads=1,
+                    lengths=np.asarray(self._index.lengths[sequence : sequence + 1], dtype=np.int64),
+                )  # fmt: skip
+        except _native.ShortRead:
+            return None  # (the chunk's read reports it)
+        self.data_file.check_unchanged("indexed")
+        if len(errors) or stats.padded_samples or stats.unknown_inputs:
+            return None
+        return self._chunk(streams, None)
+
     def _log_notes(self, stats: _native.CtfParseStats) -> None:
         """Logs a chunk's zero-padded samples (warning) and skipped unknown inputs (info)."""
         if self.trace_level >= 1 and stats.padded_samples:

@@ -32,7 +32,14 @@ from cntkio._src.api.source import MinibatchSource
 from cntkio._src.assemble.minibatch import Minibatch
 from cntkio._src.common.errors import ConfigError
 from cntkio._src.corpus.join import LengthMismatch, join
-from cntkio._src.formats.protocol import DenseStream, Deserializer, SparseStream, StreamData, flatten_deserializers
+from cntkio._src.formats.protocol import (
+    DenseStream,
+    Deserializer,
+    ParsedChunk,
+    SparseStream,
+    StreamData,
+    flatten_deserializers,
+)
 from cntkio._src.integrations.jax import LAYOUTS, JaxIterator
 
 __all__ = ["MinibatchDataset", "MinibatchIterator", "SequenceSource", "minibatches", "padded_batch"]
@@ -51,6 +58,9 @@ except ImportError as error:  # pragma: no cover - exercised where grain is miss
 # --- the random-access source of sequences ----------------------------------------------------------------------
 
 
+READS = ("sequence", "chunk")  # how SequenceSource reads a sequence
+
+
 class _ChunkCache:
     """A small thread-safe LRU of parsed chunks, bounded by count and (optionally) bytes. A chunk asked for by
     several threads at once is parsed once: the others wait for it."""
@@ -65,6 +75,11 @@ class _ChunkCache:
         self._loading: dict[tuple[int, int], threading.Event] = {}
         self._bytes = 0
         self.parses = 0  # chunks parsed (a measure of how well the cache serves the access order)
+
+    def holds(self, key: tuple[int, int]) -> bool:
+        """Whether the chunk is parsed and kept (or being parsed)."""
+        with self._lock:
+            return key in self._chunks or key in self._loading
 
     def get(self, key: tuple[int, int], load: Callable[[], dict[str, StreamData]]) -> dict[str, StreamData]:
         while True:
@@ -135,12 +150,15 @@ class SequenceSource:
     ``length_mismatch`` is ``"pad"`` (each stream keeps its own samples) or ``"truncate"`` (every stream cut to the
     shortest). A secondary that ``broadcast`` s keeps its single sample.
 
-    A sequence is read by parsing its chunk (``get_chunk``) and slicing it out. The last ``cache_chunks`` parsed
-    chunks (and at most ``cache_bytes`` of them, if set) are kept, per process, so Grain's shuffled access within a
-    window of chunks parses each chunk once; with a global shuffle most reads parse a chunk for one sequence, so
-    prefer a windowed order (e.g. ``grain.experimental.WindowShuffleMapDataset``) or cntkio's own reader
-    (:func:`minibatches`) for large corpora. (Reading single sequences by their byte range is a later
-    optimisation.) A sequence the deserializer could not use at all (an undecodable image, counted under its
+    With ``read="sequence"`` (default), a CTF sequence is read by its own byte range from the index (one ranged
+    read and parse of its bytes: fully shuffled access costs a sequence's bytes, not a chunk's), unless its chunk is
+    already parsed and kept; a sequence whose parse notes anything (a bad record, padding) is read with its chunk,
+    which counts and reports it. Other formats, and ``read="chunk"``, parse the sequence's chunk (``get_chunk``) and
+    slice it out. The last ``cache_chunks`` parsed chunks (and at most ``cache_bytes`` of them, if set) are kept, per
+    process, so Grain's shuffled access within a window of chunks parses each chunk once; with a global shuffle of a
+    format read by chunks most reads parse a chunk for one sequence, so prefer a windowed order (e.g.
+    ``grain.experimental.WindowShuffleMapDataset``) or cntkio's own reader (:func:`minibatches`) for large corpora.
+    A sequence the deserializer could not use at all (an undecodable image, counted under its
     ``max_errors``) is ``None``: ``grain.MapDataset`` pipelines skip it (``grain.DataLoader`` passes it on: filter
     it with ``grain.transforms.Filter``). Chunks that vary by sweep are read as their sweep 0.
 
@@ -164,6 +182,8 @@ class SequenceSource:
         length_mismatch: with several deserializers, ``"pad"`` or ``"truncate"`` (as ``MinibatchSource``'s; a
             sequence of another length than ``"drop"`` and ``"error"`` would want is not dropped nor refused here).
         strict: with several deserializers, a missing or duplicate key is an error naming it.
+        read: ``"sequence"`` (a sequence by its own byte range where the format can: CTF) or ``"chunk"`` (its chunk
+            parsed and kept; faster when most sequences of a chunk are read while it is kept).
     """
 
     def __init__(
@@ -176,7 +196,11 @@ class SequenceSource:
         cache_bytes: int | None = None,
         length_mismatch: LengthMismatch | str = LengthMismatch.PAD,
         strict: bool = False,
+        read: str = "sequence",
     ):
+        if read not in READS:
+            raise ValueError(f"read must be one of {', '.join(map(repr, READS))}, got {read!r}")
+        self.read = read
         if sparse not in SPARSE_FORMS:
             raise ValueError(f"sparse must be one of {', '.join(map(repr, SPARSE_FORMS))}, got {sparse!r}")
         if int(cache_chunks) < 1:
@@ -258,7 +282,12 @@ class SequenceSource:
             starts = self._starts[number]
             chunk_id = int(np.searchsorted(starts, sequence, side="right")) - 1
             row = sequence - int(starts[chunk_id])
-            chunk = self._cache.get((number, chunk_id), functools.partial(deserializer.get_chunk, chunk_id))
+            alone = self._read(number, deserializer, chunk_id, sequence)
+            chunk: dict[str, StreamData]
+            if alone is None:
+                chunk = self._cache.get((number, chunk_id), functools.partial(deserializer.get_chunk, chunk_id))
+            else:
+                chunk, row = alone, 0
             invalid = getattr(chunk, "invalid", None)
             if invalid is not None and int(invalid[row]) == 2:
                 return None  # (no usable data: counted by the deserializer under its max_errors)
@@ -273,6 +302,15 @@ class SequenceSource:
         if self.key_field is not None:
             out[self.key_field] = self.deserializers[0].sequence_keys(np.array([self._sequence(0, record)]))[0]
         return out
+
+    def _read(self, number: int, deserializer: Deserializer, chunk_id: int, sequence: int) -> ParsedChunk | None:
+        """The sequence alone (a chunk of one), read by its own byte range, when ``read`` allows it, the format
+        can (``read_sequence``) and its chunk is not parsed and cached already; None: read its chunk."""
+        single = getattr(deserializer, "read_sequence", None)
+        if self.read == "chunk" or single is None or self._cache.holds((number, chunk_id)):
+            return None
+        found: ParsedChunk | None = single(sequence)
+        return found
 
     def _slice(self, data: StreamData, row: int, cap: int | None, broadcast: bool) -> Any:
         first, stop = int(data.seq_offsets[row]), int(data.seq_offsets[row + 1])
