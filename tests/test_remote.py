@@ -414,3 +414,12 @@ def test_a_chained_url_gives_each_layer_its_options(s3: str) -> None:
     chained = CTFDeserializer("simplecache::" + s3 + "sequences.ctf", StreamDefs(features=StreamDef(shape=3)))
     local = CTFDeserializer(str(EXAMPLES / "sequences.ctf"), StreamDefs(features=StreamDef(shape=3)))
     assert sequences(chained) == sequences(local)
+
+
+def test_the_commands_say_they_read_local_files(served: tuple[RangeServer, Path]) -> None:
+    server, root = served
+    write_ctf(root / "k.ctf", 10)
+    for command in ("inspect", "validate", "stats", "explain"):
+        out = subprocess.run([sys.executable, "-m", "cntkio", command, server.url + "k.ctf"], capture_output=True,
+                             text=True)  # fmt: skip
+        assert out.returncode != 0 and "is remote: cntkio's commands read local files" in out.stderr, command

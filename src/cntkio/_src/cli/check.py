@@ -24,6 +24,7 @@ from cntkio._src.cli.common import (
     fail,
     open_source,
     positive_int,
+    refuse_remote_argument,
     stream_spec,
     write_json,
 )
@@ -172,6 +173,7 @@ def _check_files(args: argparse.Namespace, command: str) -> int:
 
 def _reports_of(path: str, args: argparse.Namespace, command: str) -> list[Report]:
     """The reports of one file argument: its format detected (or ``--format``), then read to the end."""
+    refuse_remote_argument(path)
     if os.path.isdir(path):
         raise IsADirectoryError(21, "it is a directory", path)
     detection = detect(path)

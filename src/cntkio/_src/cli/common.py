@@ -14,7 +14,7 @@ from cntkio._src.api.source import MinibatchSource
 from cntkio._src.cli.inspect_ctf import StreamSpec
 from cntkio._src.common.errors import ConfigError, FormatError
 from cntkio._src.config.syntax import Section
-from cntkio._src.formats import registry
+from cntkio._src.formats import registry, remote
 from cntkio._src.formats.protocol import Deserializer
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
@@ -126,6 +126,7 @@ def open_deserializer(
         ConfigError: no stream found in a CTF file, or a chunk size given for a CBF file.
         FormatError: the file is malformed.
     """
+    refuse_remote_argument(os.fspath(path))
     if os.path.isdir(path):
         raise IsADirectoryError(21, "it is a directory", os.fspath(path))
     form = registry.opened_as(path)
@@ -134,10 +135,23 @@ def open_deserializer(
     return form.open(os.fspath(path), chunk_size_in_bytes=chunk_size_in_bytes, max_errors=max_errors)
 
 
+def refuse_remote_argument(path: str) -> None:
+    """Raises a :class:`ConfigError` when a command is given remote data: the commands read local files (the
+    deserializers read remote ones)."""
+    if remote.is_remote(path):
+        raise ConfigError(
+            f"'{path}' is remote: cntkio's commands read local files (copy it, or read it in Python: a deserializer "
+            "takes the URL as its path)"
+        )
+
+
 def dims_inferred(path: str | Section, section: str | None = None) -> bool:
     """Whether :func:`open_source` (or :func:`open_deserializer`) infers the streams of ``path`` from its content
     (a CTF data file): a sparse dimension is then a lower bound. A config's, or a CBF file's, are given."""
-    return not isinstance(path, Section) and not is_config(path, section) and registry.opened_as(path) is registry.CTF
+    if isinstance(path, Section) or is_config(path, section):
+        return False
+    refuse_remote_argument(path)
+    return registry.opened_as(path) is registry.CTF
 
 
 def sgd_section(config: Section, reader_section: str) -> Section | None:
