@@ -219,6 +219,13 @@ def test_the_index_cache_of_remote_data_is_local_and_keyed_by_version(
     warm = CTFDeserializer(url, STREAMS, cache_index=True, index_cache_dir=str(tmp_path))
     assert remote.fetch_stats().bytes - before.bytes < path.stat().st_size / 4  # not fetched whole again
     assert sequences(warm) == sequences(cold)
+    before = remote.fetch_stats()
+    default = CTFDeserializer(url, STREAMS)  # (remote data: the index cache is on, in the local cache directory)
+    import pickle
+
+    pickle.loads(pickle.dumps(default))  # (a pickled copy, as a spawned worker gets: loads the index too)
+    CTFDeserializer(url, STREAMS)
+    assert remote.fetch_stats().bytes - before.bytes < path.stat().st_size * 1.5  # (indexed once, not three times)
     path.write_bytes(path.read_bytes() + b"3000 |features 1 2 3 |label 1:1\n")  # a new version: indexed again
     again = CTFDeserializer(url, STREAMS, cache_index=True, index_cache_dir=str(tmp_path))
     assert again.sequence_index().num_sequences == cold.sequence_index().num_sequences + 1

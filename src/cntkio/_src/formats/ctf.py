@@ -102,7 +102,8 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
         precision: ``'float'`` (float32) or ``'double'`` (float64), any case.
         trace_level: 0 errors only, 1 warnings, 2 info.
         cache_index: keep the index in a file next to the data (:mod:`cntkio._src.formats.index_cache`) and load it
-            on the next open instead of scanning the file; a stale or corrupt cache is rebuilt with a warning.
+            on the next open instead of scanning the file; a stale or corrupt cache is rebuilt with a warning. Always
+            on for remote data (indexing fetches the whole object), kept in the local cache directory.
         index_cache_dir: where to keep index caches instead (for data in a read-only place).
         optional_inputs: allow a stream to be absent from a sequence (zero samples) instead of an error.
         quarantine_file: append the raw lines of every bad record (the whole sequence) to this file when it is first
@@ -185,6 +186,8 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
         self.data_file = open_data_file(self.filename, "CTF")
         self._files = [self.data_file]
         self.file_size = self.data_file.size
+        if self.data_file.is_remote:  # (indexing fetches the whole object: kept, in the local cache directory)
+            self.cache_index = True
 
     def _build_index(self) -> None:
         defining = next((i for i, s in enumerate(self._streams) if s.defines_mb_size), -1)

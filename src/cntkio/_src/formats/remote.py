@@ -447,12 +447,13 @@ class _Staging:
     ready one covers it, and released (its blocks freed) once no held range overlaps it."""
 
     def __init__(self, size: int):
-        directory = os.path.join(_SETTINGS.cache_dir or default_cache_dir(), "staging")
+        directory = _where()
         os.makedirs(directory, exist_ok=True)
         self.fd, path = tempfile.mkstemp(prefix="object-", dir=directory)
         os.unlink(path)  # gone with the last descriptor
         os.ftruncate(self.fd, size)  # sparse: no block is written until fetched
         self.pid = os.getpid()
+        self.punch = True  # (False once the filesystem refused to free a range)
         self._lock = threading.Lock()
         self._held: dict[int, tuple[list[tuple[int, int]], bool]] = {}  # token -> (spans, ready)
         self._next = 0
@@ -483,15 +484,25 @@ class _Staging:
             spans, _ = self._held.pop(token)
             others = [s for spans_, _ in self._held.values() for s in spans_]
             free = [piece for span in spans for piece in _subtract(span, others)]
-            if self.fd >= 0:
+            if self.fd >= 0 and self.punch:
                 for a, b in free:
-                    _native.release_range(self.fd, a, b - a)
+                    try:
+                        _native.release_range(self.fd, a, b - a)
+                    except RuntimeError as error:  # (a filesystem that cannot free ranges: the blocks stay)
+                        logger.warning("staging file in %s: %s; its space is kept until it closes", _where(), error)
+                        self.punch = False
+                        break
 
     def close(self) -> None:
         with self._lock:
             if self.fd >= 0:
                 os.close(self.fd)
                 self.fd = -1
+
+
+def _where() -> str:
+    """The folder of the staging files."""
+    return os.path.join(_SETTINGS.cache_dir or default_cache_dir(), "staging")
 
 
 def _subtract(span: tuple[int, int], others: list[tuple[int, int]]) -> list[tuple[int, int]]:
