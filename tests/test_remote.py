@@ -430,3 +430,40 @@ def test_the_commands_say_they_read_local_files(served: tuple[RangeServer, Path]
         out = subprocess.run([sys.executable, "-m", "cntkio", command, server.url + "k.ctf"], capture_output=True,
                              text=True)  # fmt: skip
         assert out.returncode != 0 and "is remote: cntkio's commands read local files" in out.stderr, command
+
+
+def test_a_base64_chunk_of_several_images_is_fetched_in_one_round(served: tuple[RangeServer, Path]) -> None:
+    server, root = served
+    shutil.copy(EXAMPLES / "images" / "images.b64", root / "images.b64")
+    streams = StreamDefs(features=StreamDef(field="image", transforms=[T.scale(16, 16, 3)]),
+                         labels=StreamDef(field="label", shape=4))  # fmt: skip
+    there = Base64ImageDeserializer(server.url + "images.b64", streams, images_per_chunk=4)
+    here = Base64ImageDeserializer(str(EXAMPLES / "images" / "images.b64"), streams, images_per_chunk=4)
+    before = remote.fetch_stats()
+    assert sequences(there) == sequences(here)
+    fetched = remote.fetch_stats()
+    chunks = there.num_chunks()
+    assert fetched.requests - before.requests == chunks and fetched.checks - before.checks == chunks
+
+
+def test_htk_features_in_a_file_per_utterance_are_fetched_together(served: tuple[RangeServer, Path]) -> None:
+    from cntkio.htk import write_features
+
+    server, root = served
+    folder = root / "utterances"
+    folder.mkdir(exist_ok=True)
+    rng = np.random.default_rng(11)
+    lines = []
+    for u in range(30):
+        frames = rng.random((int(rng.integers(3, 9)), 5)).astype(np.float32)
+        write_features(folder / f"u{u}.htk", frames, compressed=True)  # (A/B vectors read with each header)
+        lines.append(f"u{u}=.../u{u}.htk\n")
+    (folder / "list.scp").write_text("".join(lines))
+
+    def read(prefix: str) -> Any:
+        return HTKFeatureDeserializer(StreamDefs(f=StreamDef(shape=5, scp=prefix + "list.scp", context=(1, 1))))
+
+    there, here = read(server.url + "utterances/"), read(str(folder) + "/")
+    before = remote.fetch_stats()
+    assert sequences(there) == sequences(here)
+    assert remote.fetch_stats().requests - before.requests <= 30 + 15  # (a ranged read a file, and compressed headers)

@@ -8,7 +8,6 @@ needs them, and a bounded number stays open.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import errno
 import hashlib
@@ -32,6 +31,7 @@ from cntkio._src.formats import remote
 from cntkio._src.formats.data_file import (
     DataFile,
     FileIdentity,
+    RemoteDataFile,
     checked_name,
     open_data_file,
     pickled_as_arguments,
@@ -214,14 +214,17 @@ class _OpenFiles:
             self._open.clear()
 
 
+HEADER_STAGE = 4096  # bytes of a remote HTK file fetched to read its header (a longer header: fetched again)
+
+
 def _header_of(data_file: DataFile) -> HTKHeader:
     """The header of an open HTK file (of a remote object: its first bytes fetched, then the rest of a compressed
     file's header when it is longer)."""
     if not data_file.is_remote:
         return read_header_at(data_file.fd, data_file.path)
-    with data_file.staged([(0, min(data_file.size, 4096))]):
+    with data_file.staged([(0, min(data_file.size, HEADER_STAGE))]):
         header = read_header_at(data_file.fd, data_file.path)
-    if header.data_offset > 4096:
+    if header.data_offset > HEADER_STAGE:
         with data_file.staged([(0, min(data_file.size, header.data_offset))]):
             header = read_header_at(data_file.fd, data_file.path)
     return header
@@ -618,18 +621,21 @@ class HTKFeatureDeserializer(FeatureStreamOptions):
             for file_id, sequence in zip(ids, first_sequences):
                 files.append(self._acquire(file_id, sequence))
             try:
-                scale = bias = _NO_VECTORS
-                if self.header.compressed:  # each file's A/B vectors, read again with its header
-                    headers = [_header_of(f) for f in files]
-                    scale = np.stack([h.scale for h in headers])  # type: ignore[misc]
-                    bias = np.stack([h.bias for h in headers])  # type: ignore[misc]
-                with contextlib.ExitStack() as staged:
-                    for j, data_file in enumerate(files):  # (remote objects: the runs' bytes fetched)
-                        if data_file.is_remote:
-                            mine, frame = local == j, self.header.sample_size
-                            first = self.header.data_offset + runs.first_frames[mine].astype(np.int64) * frame
-                            ends = first + runs.frames[mine].astype(np.int64) * frame
-                            staged.enter_context(data_file.staged(list(zip(first.tolist(), ends.tolist()))))
+                wanted = []  # (remote objects: the runs' bytes, and headers, of every file fetched together)
+                for j, data_file in enumerate(files):
+                    if isinstance(data_file, RemoteDataFile):
+                        mine, frame = local == j, self.header.sample_size
+                        first = self.header.data_offset + runs.first_frames[mine].astype(np.int64) * frame
+                        ends = first + runs.frames[mine].astype(np.int64) * frame
+                        head = min(data_file.size, max(HEADER_STAGE, self.header.data_offset))  # (as _header_of)
+                        header = [(0, head)] if self.header.compressed else []
+                        wanted.append((data_file.object, header + list(zip(first.tolist(), ends.tolist()))))
+                with remote.staged_together(wanted):
+                    scale = bias = _NO_VECTORS
+                    if self.header.compressed:  # each file's A/B vectors, read again with its header
+                        headers = [_header_of(f) for f in files]
+                        scale = np.stack([h.scale for h in headers])  # type: ignore[misc]
+                        bias = np.stack([h.bias for h in headers])  # type: ignore[misc]
                     values, short = _native.htk_read(
                         np.array([f.fd for f in files], dtype=np.int32),
                         self._swap[used],

@@ -13,6 +13,7 @@ An image that cannot be decoded (or whose base64 is invalid) is an invalid seque
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -214,6 +215,11 @@ class ImageDeserializerBase(IndexedDeserializer):
             "image could be decoded to learn it"
         )
 
+    def _staged(self, first: int, end: int) -> contextlib.AbstractContextManager[None]:
+        """Images ``[first, end)`` made readable at once (a remote Base64 file: their bytes fetched together)."""
+        del first, end
+        return contextlib.nullcontext()
+
     def get_chunk(self, chunk_id: int) -> ParsedChunk:
         return self.get_chunk_of_sweep(chunk_id, 0)
 
@@ -225,25 +231,27 @@ class ImageDeserializerBase(IndexedDeserializer):
         values = _native.reusable_buffer(count * math.prod(self.image_shape) * dtype.itemsize).view(dtype)
         values = values.reshape(count, *self.image_shape)
         invalid = np.zeros(count, dtype=np.uint8)
-        for first in range(0, count, views):
-            image = (a + first) // views
-            decoded = self._decode(self._read(image))
-            if decoded is None:
-                reason = f"cannot decode {self._image_name(image)} (not a supported image, or truncated)"
-                self._bad(image, reason, self._where(image), chunk_id)
-                invalid[first : first + views] = UNUSABLE
-                values[first : first + views] = 0  # never delivered (skipped), but defined
-                continue
-            if not self._fixed_shape and self.pipeline.output_shape(decoded.shape) != self.image_shape:
-                raise FormatError(
-                    f"image of {decoded.shape[1]}x{decoded.shape[0]} pixels gives samples of shape "
-                    f"{self.pipeline.output_shape(decoded.shape)}, not the stream's {self.image_shape}: without a "
-                    "scale transform every image must have the same size",
-                    self._where(image),
-                )
-            key = key_hash(self._image_keys[image])
-            for view in range(views):
-                self.pipeline.run(decoded, RandomDraws((self.seed, sweep, key, view)), view, out=values[first + view])
+        with self._staged(a // views, (b + views - 1) // views):  # (remote: the chunk's images fetched at once)
+            for first in range(0, count, views):
+                image = (a + first) // views
+                decoded = self._decode(self._read(image))
+                if decoded is None:
+                    reason = f"cannot decode {self._image_name(image)} (not a supported image, or truncated)"
+                    self._bad(image, reason, self._where(image), chunk_id)
+                    invalid[first : first + views] = UNUSABLE
+                    values[first : first + views] = 0  # never delivered (skipped), but defined
+                    continue
+                if not self._fixed_shape and self.pipeline.output_shape(decoded.shape) != self.image_shape:
+                    raise FormatError(
+                        f"image of {decoded.shape[1]}x{decoded.shape[0]} pixels gives samples of shape "
+                        f"{self.pipeline.output_shape(decoded.shape)}, not the stream's {self.image_shape}: without a "
+                        "scale transform every image must have the same size",
+                        self._where(image),
+                    )
+                key = key_hash(self._image_keys[image])
+                for view in range(views):
+                    draws = RandomDraws((self.seed, sweep, key, view))
+                    self.pipeline.run(decoded, draws, view, out=values[first + view])
         self._check_unchanged(a // views, (b + views - 1) // views)  # after the reads: a change during them too
         offsets = np.arange(count + 1, dtype=np.int64)
         result = ParsedChunk({self._config.image_name: DenseStream(values, offsets)}, invalid=invalid)
@@ -473,6 +481,10 @@ class Base64ImageDeserializer(Sharded, ImageDeserializerBase):
 
     def _check_unchanged(self, first: int, end: int) -> None:
         self._file.check_unchanged("indexed")
+
+    def _staged(self, first: int, end: int) -> contextlib.AbstractContextManager[None]:
+        starts = self.index.payload_offsets[first:end]
+        return self._file.staged(list(zip(starts.tolist(), (starts + self.index.payload_lengths[first:end]).tolist())))
 
     def _where(self, image: int) -> Location:
         return self.index.location(image)

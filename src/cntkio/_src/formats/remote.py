@@ -27,7 +27,7 @@ import re
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from cntkio import _native
@@ -366,74 +366,11 @@ class RemoteObject:
                     self._staging.fd = inherited
             return self._staging
 
-    @contextlib.contextmanager
-    def staged(self, ranges: list[tuple[int, int]]) -> Iterator[None]:
+    def staged(self, ranges: list[tuple[int, int]]) -> contextlib.AbstractContextManager[None]:
         """Fetches the byte ranges ``[start, end)`` into the staging file (those no other read holds ready) and
         releases them when the block ends. The caller checks the object unchanged after reading them
         (:meth:`check_unchanged`), as it checks a local file."""
-        staging = self._stage_file()
-        spans = [(max(0, int(a)), min(self.size, int(b))) for a, b in ranges]
-        spans = [(a, b) for a, b in spans if b > a]
-        token = staging.hold(spans)
-        try:
-            missing = staging.missing(spans)
-            if missing:
-                self._fetch(staging, missing)
-            staging.mark_ready(token)
-            yield
-        finally:
-            staging.release(token)
-
-    def _fetch(self, staging: _Staging, spans: list[tuple[int, int]]) -> None:
-        """Fetches ``spans`` into the staging file as parts of at most ``part_bytes``, ``concurrency`` parts at a
-        time (so at most that many parts are in memory), each written before the next batch is asked for."""
-        step = _SETTINGS.part_bytes
-        parts = [(a, min(b, a + step)) for a, b in spans for a in range(a, b, step)]
-        batch = _SETTINGS.concurrency
-        for first in range(0, len(parts), batch):
-            self._fetch_parts(staging, parts[first : first + batch])
-
-    def _fetch_parts(self, staging: _Staging, parts: list[tuple[int, int]]) -> None:
-        pending = parts
-        delay = _SETTINGS.backoff
-        for attempt in range(_SETTINGS.retries + 1):
-            results = self.fs.cat_ranges(
-                [self.path] * len(pending), [a for a, _ in pending], [b for _, b in pending], on_error="return"
-            )
-            failed: list[tuple[int, int]] = []
-            last: BaseException | None = None
-            for (a, b), data in zip(pending, results):
-                if isinstance(data, BaseException):
-                    if isinstance(data, FormatError) or type(data).__name__ in _CREDENTIALS:
-                        raise data
-                    if isinstance(data, _NOT_THERE) and permanent(data):
-                        raise type(data)(f"cannot read {self.url} bytes [{a}, {b}): {data}") from data
-                    failed.append((a, b))
-                    last = data
-                    continue
-                _count(0, len(data))
-                _count(1)
-                if len(data) != b - a:
-                    self.check_unchanged("indexed")
-                    raise FormatError(
-                        f"the store returned {len(data)} bytes for a range of {b - a} (a server without ranged "
-                        "reads, or an object shorter than when it was opened)",
-                        Location(self.url, a + len(data)),
-                    )
-                staging.write(a, data)
-            if not failed:
-                return
-            self.check_unchanged("indexed")  # (a range past a shortened object fails: the change is the error)
-            if attempt == _SETTINGS.retries:
-                a, b = failed[0]
-                raise OSError(
-                    f"cannot read {self.url} bytes [{a}, {b}) after {attempt + 1} attempts: "
-                    f"{type(last).__name__}: {last}"
-                ) from last
-            _count(2, len(failed))
-            time.sleep(delay)
-            delay *= 2
-            pending = failed
+        return staged_together([(self, ranges)])
 
     def close(self) -> None:
         with self._lock:
@@ -498,6 +435,107 @@ class _Staging:
             if self.fd >= 0:
                 os.close(self.fd)
                 self.fd = -1
+
+
+@contextlib.contextmanager
+def staged_together(requests: Sequence[tuple[RemoteObject, list[tuple[int, int]]]]) -> Iterator[None]:
+    """:meth:`RemoteObject.staged` for several objects at once (a chunk of HTK features in many files): their
+    missing ranges fetched together, ``concurrency`` parts at a time whatever object they belong to."""
+    held: list[tuple[_Staging, int]] = []
+    try:
+        parts: list[_Part] = []
+        for owner, ranges in requests:
+            staging = owner._stage_file()
+            spans = _merged([(max(0, int(a)), min(owner.size, int(b))) for a, b in ranges])
+            held.append((staging, staging.hold(spans)))
+            step = _SETTINGS.part_bytes
+            parts += [
+                _Part(owner, staging, a, min(b, a + step)) for a, b in staging.missing(spans) for a in range(a, b, step)
+            ]
+        batch = _SETTINGS.concurrency
+        for first in range(0, len(parts), batch):  # (at most `concurrency` parts in memory; each batch written)
+            _fetch_parts(parts[first : first + batch])
+        for staging, token in held:
+            staging.mark_ready(token)
+        yield
+    finally:
+        for staging, token in held:
+            staging.release(token)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Part:
+    """Bytes ``[start, end)`` of an object to fetch into its staging file."""
+
+    owner: RemoteObject
+    staging: _Staging
+    start: int
+    end: int
+
+
+def _fetch_parts(parts: list[_Part]) -> None:
+    """Fetches ``parts`` concurrently (one ``cat_ranges`` per filesystem), retrying those that fail."""
+    pending = parts
+    delay = _SETTINGS.backoff
+    for attempt in range(_SETTINGS.retries + 1):
+        failed: list[_Part] = []
+        last: BaseException | None = None
+        groups: dict[int, list[_Part]] = {}
+        for part in pending:
+            groups.setdefault(id(part.owner.fs), []).append(part)
+        for group in groups.values():
+            results = group[0].owner.fs.cat_ranges(
+                [p.owner.path for p in group], [p.start for p in group], [p.end for p in group], on_error="return"
+            )
+            for part, data in zip(group, results):
+                if isinstance(data, BaseException):
+                    if isinstance(data, FormatError) or type(data).__name__ in _CREDENTIALS:
+                        raise data
+                    if isinstance(data, _NOT_THERE) and permanent(data):
+                        where = f"{part.owner.url} bytes [{part.start}, {part.end})"
+                        raise type(data)(f"cannot read {where}: {data}") from data
+                    failed.append(part)
+                    last = data
+                    continue
+                _count(0, len(data))
+                _count(1)
+                if len(data) != part.end - part.start:
+                    part.owner.check_unchanged("indexed")
+                    raise FormatError(
+                        f"the store returned {len(data)} bytes for a range of {part.end - part.start} (a server "
+                        "without ranged reads, or an object shorter than when it was opened)",
+                        Location(part.owner.url, part.start + len(data)),
+                    )
+                part.staging.write(part.start, data)
+        if not failed:
+            return
+        for owner in {id(p.owner): p.owner for p in failed}.values():
+            owner.check_unchanged("indexed")  # (a range past a shortened object fails: the change is the error)
+        if attempt == _SETTINGS.retries:
+            part = failed[0]
+            raise OSError(
+                f"cannot read {part.owner.url} bytes [{part.start}, {part.end}) after {attempt + 1} attempts: "
+                f"{type(last).__name__}: {last}"
+            ) from last
+        _count(2, len(failed))
+        time.sleep(delay)
+        delay *= 2
+        pending = failed
+
+
+MERGE_GAP = 4096  # ranges this close are fetched as one (the gap's bytes too): the payloads of a Base64 chunk
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Non-empty ``spans`` sorted, with those that overlap or lie within :data:`MERGE_GAP` bytes of each other
+    joined."""
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(span for span in spans if span[1] > span[0]):
+        if out and a - out[-1][1] <= MERGE_GAP:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
 
 
 def _where() -> str:
