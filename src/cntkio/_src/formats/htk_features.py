@@ -17,9 +17,10 @@ import sys
 import threading
 from array import array
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -212,6 +213,28 @@ class _OpenFiles:
             for data_file in self._open.values():
                 data_file.close()
             self._open.clear()
+
+
+T = TypeVar("T")
+OPEN_AHEAD = 32  # remote HTK files opened (and their headers fetched) concurrently while indexing
+
+
+def _opened(open_one: Callable[[str], T], paths: list[str]) -> Iterator[T | BaseException]:
+    """``open_one(path)`` of each path in order (or the ``OSError``/``FormatError`` it raised): local files one
+    after the other, remote ones :data:`OPEN_AHEAD` at a time on threads (each a metadata and a header request)."""
+
+    def attempt(path: str) -> T | BaseException:
+        try:
+            return open_one(path)
+        except (OSError, FormatError) as error:
+            return error
+
+    if not any(remote.is_remote(path) for path in paths):
+        yield from (attempt(path) for path in paths)
+        return
+    with ThreadPoolExecutor(OPEN_AHEAD) as pool:
+        for first in range(0, len(paths), OPEN_AHEAD):  # (a window: at most OPEN_AHEAD files open ahead)
+            yield from pool.map(attempt, paths[first : first + OPEN_AHEAD])
 
 
 HEADER_STAGE = 4096  # bytes of a remote HTK file fetched to read its header (a longer header: fetched again)
@@ -432,10 +455,12 @@ class HTKFeatureDeserializer(FeatureStreamOptions):
         surplus_in: list[int] = []  # bytes each file holds past the frames its header gives (> 0: nSamples too small)
         reference: tuple[HTKHeader, str] | None = None
         bad: dict[int, str] = {}  # entry -> why it cannot be read (reported in SCP order below)
-        for path_id in used.tolist():
+        for path_id, opened in zip(used.tolist(), _opened(self._open, [scp.paths[p] for p in used.tolist()])):
             path = scp.paths[path_id]
             try:
-                data_file, header = self._open(path)
+                if isinstance(opened, BaseException):
+                    raise opened
+                data_file, header = opened
             except (OSError, FormatError) as error:
                 reason = str(error) if isinstance(error, OSError) else f"{error.reason} ({error.location})"
                 for i in np.flatnonzero(scp.path_ids == path_id).tolist():

@@ -436,6 +436,11 @@ class _Staging:
                 os.close(self.fd)
                 self.fd = -1
 
+    def __del__(self) -> None:  # (an object dropped without close: its staging file goes with it)
+        if getattr(self, "fd", -1) >= 0 and self.pid == os.getpid():
+            os.close(self.fd)
+            self.fd = -1
+
 
 @contextlib.contextmanager
 def staged_together(requests: Sequence[tuple[RemoteObject, list[tuple[int, int]]]]) -> Iterator[None]:
