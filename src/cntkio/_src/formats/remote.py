@@ -168,6 +168,15 @@ _counts = [0, 0, 0, 0]
 _counts_lock = threading.Lock()
 
 
+def _reset_counts_lock() -> None:  # (a forked child: the lock may have been held by another thread)
+    global _counts_lock
+    _counts_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_counts_lock)
+
+
 def _count(field: int, amount: int = 1) -> None:
     with _counts_lock:
         _counts[field] += amount
@@ -307,6 +316,7 @@ class RemoteObject:
             )
         self._staging: _Staging | None = None
         self._lock = threading.Lock()
+        self._lock_pid = os.getpid()
 
     @property
     def fs(self) -> Any:
@@ -353,8 +363,14 @@ class RemoteObject:
         """The staging file's descriptor in this process (a forked child gets its own staging file)."""
         return self._stage_file().fd
 
+    def _guard(self) -> threading.Lock:
+        """The object's lock, made again in a forked child (another thread may have held it at the fork)."""
+        if self._lock_pid != os.getpid():
+            self._lock, self._lock_pid = threading.Lock(), os.getpid()
+        return self._lock
+
     def _stage_file(self) -> _Staging:
-        with self._lock:
+        with self._guard():
             if self._staging is None:
                 self._staging = _Staging(self.size)
             elif self._staging.pid != os.getpid():  # a forked child: a staging file of its own, under the number
@@ -373,7 +389,7 @@ class RemoteObject:
         return staged_together([(self, ranges)])
 
     def close(self) -> None:
-        with self._lock:
+        with self._guard():
             if self._staging is not None and self._staging.pid == os.getpid():
                 self._staging.close()
             self._staging = None
