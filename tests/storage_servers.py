@@ -92,27 +92,28 @@ def _handler(owner: RangeServer) -> type[BaseHTTPRequestHandler]:
                 return True
             return False
 
-        def do_HEAD(self) -> None:
+        def _begin(self, counter: str) -> tuple[str, os.stat_result] | None:
+            """Counts the request; the file it names, or None when it was answered already (a failure, a 404)."""
             with owner._lock:
-                owner.heads += 1
+                setattr(owner, counter, getattr(owner, counter) + 1)
             if self._refuse():
-                return
+                return None
             found = self._file()
             if found is None:
                 self.send_error(404)
+            return found
+
+        def do_HEAD(self) -> None:
+            found = self._begin("heads")
+            if found is None:
                 return
             self.send_response(200)
             self._headers(found[1], found[1].st_size)
             self.end_headers()
 
         def do_GET(self) -> None:
-            with owner._lock:
-                owner.gets += 1
-            if self._refuse():
-                return
-            found = self._file()
+            found = self._begin("gets")
             if found is None:
-                self.send_error(404)
                 return
             path, info = found
             start, end = 0, info.st_size

@@ -142,8 +142,17 @@ def inspect_scp(path: str, *, progress: Progress | None = None, preview: int = 0
         report.fatal = FormatError(reason, entries.location(0) if len(entries) else Location(path, 0))
         return report
     streams = StreamDefs(features=StreamDef(shape=dim, scp=path))
+    return _inspect_features(report, lambda: HTKFeatureDeserializer(streams, max_errors=sys.maxsize, trace_level=0),
+                             progress, preview)  # fmt: skip
+
+
+def _inspect_features(
+    report: Report, open_reader: Callable[[], Any], progress: Progress | None, preview: int
+) -> Report:
+    """``report`` of a feature deserializer (HTK, Kaldi) of one stream ``features``: opened by ``open_reader`` (a
+    :class:`FormatError` is the report's fatal error), summarized, every utterance read, and a snippet opening it."""
     try:
-        reader = HTKFeatureDeserializer(streams, max_errors=sys.maxsize, trace_level=0)
+        reader = open_reader()
     except FormatError as e:
         report.fatal = e
         return report
@@ -151,9 +160,11 @@ def inspect_scp(path: str, *, progress: Progress | None = None, preview: int = 0
         report.summary = reader.describe()
         report.summary["sequences"] = report.summary["utterances"]
         inspect_deserializer(reader, report, progress=progress, preview=preview)
+        name = type(reader).__name__
         report.snippet = (
-            "from cntkio import HTKFeatureDeserializer, StreamDef, StreamDefs\n\n"
-            f"reader = HTKFeatureDeserializer(StreamDefs(features=StreamDef(shape={dim}, scp={json.dumps(path)})))\n"
+            f"from cntkio import {name}, StreamDef, StreamDefs\n\n"
+            f"reader = {name}(StreamDefs(features=StreamDef(shape={reader.frame_dim}, "
+            f"scp={json.dumps(report.file)})))\n"
         )
     finally:
         reader.close()
@@ -164,23 +175,9 @@ def inspect_kaldi(path: str, *, progress: Progress | None = None, preview: int =
     """Kaldi features, a binary archive or a feats.scp listing archives: every matrix read (the dimension that of the
     first usable one; matrices of other column counts, bad offsets and unreadable archives are errors)."""
     report = Report(path, os.path.getsize(path), False, [], format=registry.KALDI.name)
-    try:
-        reader = KaldiDeserializer(StreamDefs(features=StreamDef(scp=path)), max_errors=sys.maxsize, trace_level=0)
-    except FormatError as e:
-        report.fatal = e
-        return report
-    try:
-        report.summary = reader.describe()
-        report.summary["sequences"] = report.summary["utterances"]
-        inspect_deserializer(reader, report, progress=progress, preview=preview)
-        report.snippet = (
-            "from cntkio import KaldiDeserializer, StreamDef, StreamDefs\n\n"
-            f"reader = KaldiDeserializer(StreamDefs(features=StreamDef(shape={reader.frame_dim}, "
-            f"scp={json.dumps(path)})))\n"
-        )
-    finally:
-        reader.close()
-    return report
+    streams = StreamDefs(features=StreamDef(scp=path))
+    return _inspect_features(report, lambda: KaldiDeserializer(streams, max_errors=sys.maxsize, trace_level=0),
+                             progress, preview)  # fmt: skip
 
 
 def inspect_mlf(path: str, *, labels: str | None = None, preview: int = 0) -> Report:

@@ -9,6 +9,7 @@ import contextlib
 import errno
 import os
 import stat
+import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, TypeVar
@@ -403,20 +404,17 @@ def read_listing(path: str, what: str) -> bytes:
     """The whole of a small file read whole (a state list, a list of files): a local regular file or pipe, or a
     remote object."""
     if remote.is_remote(path):
-        listing = RemoteDataFile(path, what, allow_empty=True)
-        try:
-            return listing.read_ranges([(0, listing.size)])[0]
-        finally:
-            listing.close()
+        return read_head(path, sys.maxsize, what)
     require_regular_file(path, what, pipe=True)  # a device (/dev/zero) would be read without end
     with open(path, "rb") as file:
         return file.read()
 
 
-def read_head(path: str, count: int) -> bytes:
-    """The first ``count`` bytes (fewer when it is shorter) of a local file or a remote object."""
+def read_head(path: str, count: int, what: str = "data") -> bytes:
+    """The first ``count`` bytes (fewer when it is shorter) of a local file or a remote object (``what``: how errors
+    name it)."""
     if remote.is_remote(path):
-        head = RemoteDataFile(path, "data", allow_empty=True)
+        head = RemoteDataFile(path, what, allow_empty=True)
         try:
             return head.read_ranges([(0, min(count, head.size))])[0]
         finally:

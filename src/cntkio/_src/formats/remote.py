@@ -299,7 +299,6 @@ class RemoteObject:
 
     def __init__(self, url: str, kind: str):
         self.url = url
-        self.kind = kind
         self._fs, self.path = filesystem(url)
         self._fs_pid = os.getpid()
         info = self._info(opening=True)
