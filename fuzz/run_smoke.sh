@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the fuzz targets (CTF parser, CBF reader, record framing, minibatch assembly, key join, MLF and SCP
-# parsers, HTK frame reader, Kaldi matrix reader, image map scanner, image pixel kernel) with AddressSanitizer and
+# parsers, HTK frame reader, Kaldi matrix reader and scp parser, image map scanner, image pixel kernel) with AddressSanitizer and
 # UndefinedBehaviorSanitizer and runs them for a short while on the seeds (libFuzzer with clang when available; the
 # standalone driver with g++ otherwise).
 set -euo pipefail
@@ -31,5 +31,6 @@ run fuzz_mlf $((seconds / 10)) mlf_fuzz.cpp ../src/native/mlf.cpp
 run fuzz_scp $((seconds / 10)) scp_fuzz.cpp ../src/native/scp.cpp
 run fuzz_htk $((seconds / 10)) htk_fuzz.cpp ../src/native/htk.cpp
 run fuzz_kaldi $((seconds / 10)) kaldi_fuzz.cpp ../src/native/kaldi.cpp
+run fuzz_kaldi_scp $((seconds / 20)) kaldi_scp_fuzz.cpp ../src/native/kaldi_scp.cpp
 run fuzz_image_index $((seconds / 10)) image_index_fuzz.cpp ../src/native/image_index.cpp
 run fuzz_image_pixels $((seconds / 10)) image_pixels_fuzz.cpp ../src/native/image_pixels.cpp

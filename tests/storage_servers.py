@@ -61,6 +61,7 @@ class RangeServer:
 def _handler(owner: RangeServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # (as servers do: a response's last small segment is not held for an ACK)
 
         def log_message(self, format: str, *args: Any) -> None:  # quiet
             del format, args

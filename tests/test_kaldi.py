@@ -133,6 +133,70 @@ def test_several_scp_files_a_single_matrix_file_and_prefix_path(tmp_path: Path) 
     np.testing.assert_array_equal(got["spk_utt077"], frames_of(77, 4))
 
 
+def test_scp_lines_with_tabs_crlf_spaces_in_paths_and_archives_shared_across_scp_files(tmp_path: Path) -> None:
+    utterances = make_utterances(6)
+    folder = tmp_path / "my data"
+    folder.mkdir()
+    scp = write(folder, utterances)
+    lines = scp.read_text().splitlines()
+    tabbed = [f"  {line.replace(' ', chr(9), 1)}" for line in lines[:4]]
+    (tmp_path / "a.scp").write_bytes(("\r\n".join(tabbed) + "\r\n").encode())
+    (tmp_path / "b.scp").write_bytes(("\n\n".join(lines[4:]) + "\n \t\n").encode())
+    reader = deserializer([tmp_path / "a.scp", tmp_path / "b.scp"])
+    assert_same(read_all(reader), kaldiio_of(scp))
+    assert reader.describe()["files"] == 1  # (one archive, opened once whichever scp file names it)
+
+
+def _scp_model(data: bytes) -> tuple[list[tuple[bytes, bytes, int, int]], list[tuple[int, int]]]:
+    """What the scp parser should find: entries (key, path, offset, checked) and problems (why, line)."""
+    entries, problems = [], []
+    for number, line in enumerate(data.split(b"\n"), 1):
+        words = line.split(None, 1)
+        if not words:
+            continue
+        if len(words) == 1:
+            problems.append((1, number))
+            break
+        key, target = words[0], words[1].strip()
+        if target.endswith((b"|", b"]")):
+            problems.append((2 if target.endswith(b"|") else 3, number))
+            break
+        archive, colon, tail = target.rpartition(b":")
+        if colon and archive and tail and all(48 <= c <= 57 for c in tail):
+            if int(tail) >= 1 << 63:
+                problems.append((4, number))
+                continue
+            entries.append((key, archive, int(tail), 1))
+        else:
+            entries.append((key, target, 0, 0))
+    return entries, problems
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["", " ", "\t", " \t"]),
+            st.text("ab:\u00e9 ", min_size=0, max_size=4),
+            st.sampled_from([" ", "\t", "  ", ""]),
+            st.text("xy/. :\t", min_size=0, max_size=6),
+            st.sampled_from(["", ":0", ":12", ":007", ":9223372036854775807", ":9223372036854775808", " |", "]"]),
+            st.sampled_from(["", " ", "\r", "\t\r"]),
+        ),
+        max_size=8,
+    )
+)
+def test_the_native_scp_parser_agrees_with_a_model(lines: list[tuple[str, ...]]) -> None:
+    data = "\n".join("".join(parts) for parts in lines).encode()
+    scp = _native.kaldi_scp(data)
+    entries, problems = _scp_model(data)
+    keys = [bytes(scp.key_blob[a:b]) for a, b in zip(scp.key_offsets[:-1], scp.key_offsets[1:])]
+    got = list(zip(keys, [scp.paths[i] for i in scp.path_ids], scp.offsets.tolist(), scp.checked_keys.tolist()))
+    assert got == entries
+    assert list(zip(scp.problems.tolist(), scp.problem_lines.tolist())) == problems
+    assert len(set(scp.paths)) == len(scp.paths)
+
+
 def test_context_windows_repeat_the_edge_frames(tmp_path: Path) -> None:
     utterances = make_utterances(4)
     scp = write(tmp_path, utterances)

@@ -1,7 +1,7 @@
 // Kaldi binary matrices: the header of one matrix ("\0B" marker, type token FM / DM / CM / CM2 / CM3, dimensions)
 // parsed from bytes, and the matrices of a chunk of utterances read with pread and decoded (float32 as stored,
 // float64 converted, compressed matrices decompressed with kaldiio's float32 arithmetic), then expanded by a
-// context window. Scp files, archive scanning, keys and the index stay in Python; this is only the byte work.
+// context window. Scp files are parsed by kaldi_scp.hpp; archive scanning and the index stay in Python.
 // Kaldi writes binary matrices little-endian; so does every host cntkio builds on (checked below).
 #pragma once
 

@@ -5,6 +5,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
@@ -16,9 +17,12 @@
 #include "bindings.hpp"
 #include "buffer.hpp"
 #include "kaldi.hpp"
+#include "kaldi_scp.hpp"
+#include "threads.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
+using cntkio::bindings::numpy_object;
 using cntkio::bindings::Vector;
 
 namespace {
@@ -38,9 +42,10 @@ nb::tuple kaldi_header(nb::bytes data) {
 // The headers of matrices of one open archive: each (offset, key), key checked when check_keys[i]. Returns columns
 // (kinds, rows, cols, ends: the byte after the matrix) and the errors [(entry, reason)]; a bad entry's kind is -1.
 nb::tuple kaldi_headers(int fd, const Vector<int64_t>& offsets, const Vector<uint8_t>& keys,
-                        const Vector<int64_t>& key_offsets, const Vector<uint8_t>& check_keys) {
+                        const Vector<int64_t>& key_offsets, const Vector<uint8_t>& check_keys, int threads) {
   const size_t count = offsets.shape(0);
   if (fd < 0) throw nb::value_error("invalid file descriptor");
+  if (threads < 1) throw nb::value_error("threads must be >= 1");
   if (key_offsets.shape(0) != count + 1 || check_keys.shape(0) != count)
     throw nb::value_error("key_offsets must have one entry more than offsets, check_keys as many");
   for (size_t i = 0; i < count; ++i)
@@ -49,33 +54,38 @@ nb::tuple kaldi_headers(int fd, const Vector<int64_t>& offsets, const Vector<uin
       throw nb::value_error("key_offsets must be non-decreasing within keys, offsets >= 0");
   std::vector<int32_t> kinds(count, -1);
   std::vector<int64_t> rows(count, 0), cols(count, 0), ends(count, 0);
-  std::vector<std::pair<size_t, std::string>> errors;
+  constexpr size_t kPerThread = 1024;  // fewer headers than this per thread: not worth a thread
+  const size_t runs = std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(threads), count / kPerThread));
+  std::vector<std::vector<std::pair<size_t, std::string>>> errors(runs);  // per run, in entry order
   {
     nb::gil_scoped_release release;
-    std::string prefix;
-    for (size_t i = 0; i < count; ++i) {
-      prefix.clear();
-      if (check_keys(i)) {
-        prefix.assign(reinterpret_cast<const char*>(keys.data()) + key_offsets(i),
-                      static_cast<size_t>(key_offsets(i + 1) - key_offsets(i)));
-        prefix += ' ';
+    cntkio::on_threads(runs, [&](size_t run) {
+      std::string prefix;
+      for (size_t i = count * run / runs; i < count * (run + 1) / runs; ++i) {
+        prefix.clear();
+        if (check_keys(i)) {
+          prefix.assign(reinterpret_cast<const char*>(keys.data()) + key_offsets(i),
+                        static_cast<size_t>(key_offsets(i + 1) - key_offsets(i)));
+          prefix += ' ';
+        }
+        try {
+          const cntkio::kaldi::Header h = cntkio::kaldi::read_header_at(fd, offsets(i), prefix);
+          kinds[i] = h.kind;
+          rows[i] = h.rows;
+          cols[i] = h.cols;
+          ends[i] = offsets(i) + h.header_bytes + h.data_bytes;
+        } catch (const cntkio::kaldi::BadHeader& e) {
+          errors[run].emplace_back(i, e.what());
+        } catch (const std::runtime_error& e) {  // an I/O error (read_some): this entry's, reported as its own
+          errors[run].emplace_back(i, std::string("cannot read the matrix header at offset ") +
+                                          std::to_string(offsets(i)) + ": " + e.what());
+        }
       }
-      try {
-        const cntkio::kaldi::Header h = cntkio::kaldi::read_header_at(fd, offsets(i), prefix);
-        kinds[i] = h.kind;
-        rows[i] = h.rows;
-        cols[i] = h.cols;
-        ends[i] = offsets(i) + h.header_bytes + h.data_bytes;
-      } catch (const cntkio::kaldi::BadHeader& e) {
-        errors.emplace_back(i, e.what());
-      } catch (const std::runtime_error& e) {  // an I/O error (read_some): this entry's, reported as its own
-        errors.emplace_back(i, std::string("cannot read the matrix header at offset ") + std::to_string(offsets(i)) +
-                                   ": " + e.what());
-      }
-    }
+    });
   }
   nb::list bad;
-  for (const auto& [i, why] : errors) bad.append(nb::make_tuple(i, why));
+  for (const auto& run : errors)
+    for (const auto& [i, why] : run) bad.append(nb::make_tuple(i, why));
   using cntkio::bindings::numpy_object;
   return nb::make_tuple(numpy_object(std::move(kinds)), numpy_object(std::move(rows)), numpy_object(std::move(cols)),
                         numpy_object(std::move(ends)), bad);
@@ -137,6 +147,39 @@ nb::tuple kaldi_read(const Vector<int32_t>& fds, const Vector<int32_t>& files, c
   }
 }
 
+// kaldi_scp's result (cntkio._native.KaldiScp), read-only: the columns as NumPy arrays made once (no copy).
+struct KaldiScp {
+  nb::object key_blob, key_offsets;  // uint8, int64 (entries + 1)
+  nb::object paths;                  // [bytes]: distinct paths, first-seen order
+  nb::object path_ids;               // int32 (entries)
+  nb::object offsets;                // int64 (entries)
+  nb::object checked_keys;           // uint8 (entries)
+  nb::object problems, problem_lines, problem_offsets;  // int32, int64, int64
+};
+
+KaldiScp kaldi_scp(nb::bytes data) {
+  cntkio::kaldi::ScpEntries r;
+  {
+    nb::gil_scoped_release release;  // (the bytes are immutable and held by the caller)
+    r = cntkio::kaldi::parse_scp(reinterpret_cast<const uint8_t*>(data.c_str()), data.size());
+  }
+  KaldiScp out;
+  out.key_blob = numpy_object(std::move(r.key_blob));
+  out.key_offsets = numpy_object(std::move(r.key_offsets));
+  nb::list paths;
+  for (size_t i = 0; i + 1 < r.path_offsets.size(); ++i)
+    paths.append(nb::bytes(reinterpret_cast<const char*>(r.path_blob.data()) + r.path_offsets[i],
+                           static_cast<size_t>(r.path_offsets[i + 1] - r.path_offsets[i])));
+  out.paths = std::move(paths);
+  out.path_ids = numpy_object(std::move(r.path_ids));
+  out.offsets = numpy_object(std::move(r.offsets));
+  out.checked_keys = numpy_object(std::move(r.checked_keys));
+  out.problems = numpy_object(std::move(r.problems));
+  out.problem_lines = numpy_object(std::move(r.problem_lines));
+  out.problem_offsets = numpy_object(std::move(r.problem_offsets));
+  return out;
+}
+
 }  // namespace
 
 void bind_kaldi(nb::module_& m) {
@@ -144,8 +187,23 @@ void bind_kaldi(nb::module_& m) {
         "(kind, rows, cols, header_bytes, data_bytes) of the Kaldi binary matrix whose \\0B marker starts data "
         "(kind: 0 FM, 1 DM, 2 CM, 3 CM2, 4 CM3); ValueError saying why it cannot be read.");
   m.def("kaldi_headers", &kaldi_headers, "fd"_a, "offsets"_a, "keys"_a, "key_offsets"_a, "check_keys"_a,
-        "Headers of the matrices of one archive at offsets, keys checked: (kinds, rows, cols, ends, "
-        "[(entry, reason)]), the kind of a bad entry -1.");
+        "threads"_a = 1,
+        "Headers of the matrices of one archive at offsets, keys checked, read on up to `threads` threads (GIL "
+        "released): (kinds, rows, cols, ends, [(entry, reason)] in entry order), the kind of a bad entry -1.");
+  nb::class_<KaldiScp>(m, "KaldiScp", "The entries of a Kaldi scp file (kaldi_scp), read-only.")
+      .def_ro("key_blob", &KaldiScp::key_blob, "uint8: the keys, back to back")
+      .def_ro("key_offsets", &KaldiScp::key_offsets, "int64 (entries + 1): key i is key_blob[key_offsets[i]:key_offsets[i+1]]")
+      .def_ro("paths", &KaldiScp::paths, "distinct paths (bytes), first-seen order")
+      .def_ro("path_ids", &KaldiScp::path_ids, "int32: each entry's path in paths")
+      .def_ro("offsets", &KaldiScp::offsets, "int64: each entry's byte offset of the matrix's \\0B marker (0: none)")
+      .def_ro("checked_keys", &KaldiScp::checked_keys, "uint8: 1 when the entry has an offset ('key ' precedes it)")
+      .def_ro("problems", &KaldiScp::problems, "int32: lines that are not entries, why: 1 no target, 2 a pipe, "
+              "3 a row/column range, 4 an offset not below 2**63 (the parse stops at the others)")
+      .def_ro("problem_lines", &KaldiScp::problem_lines, "int64: the 1-based line of each problem")
+      .def_ro("problem_offsets", &KaldiScp::problem_offsets, "int64: the byte offset of each problem's line");
+  m.def("kaldi_scp", &kaldi_scp, "data"_a,
+        "The entries of a Kaldi scp file ('key path:offset' or 'key path' lines) from its bytes (GIL released): a "
+        "KaldiScp of columns, and the lines that are not entries.");
   m.def("kaldi_read", &kaldi_read, "fds"_a, "files"_a, "offsets"_a, "kinds"_a, "rows"_a, "cols"_a, "left"_a,
         "right"_a, "as_double"_a,
         "Kaldi matrices (one utterance each) read by offset, decoded and expanded by a context window: "

@@ -15,9 +15,7 @@ import functools
 import hashlib
 import logging
 import os
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,8 +23,9 @@ import numpy as np
 from cntkio import _native
 from cntkio._src.common.arrays import narrow_lengths
 from cntkio._src.common.errors import ConfigError, FormatError, Location
-from cntkio._src.common.keys import TextKeys
+from cntkio._src.common.keys import KeyColumn, TextKeys, join_keys
 from cntkio._src.common.streams import StreamDefs, StreamInformation, iter_stream_defs
+from cntkio._src.common.system import available_cores
 from cntkio._src.formats.data_file import (
     DataFile,
     pickled_as_arguments,
@@ -52,27 +51,63 @@ from cntkio._src.formats.protocol import DenseStream, DeserializerGroup, ParsedC
 logger = logging.getLogger("cntkio")
 
 KINDS = ("FM", "DM", "CM", "CM2", "CM3")  # the native kind codes' names
-_SCP_LINE = re.compile(rb"^[ \t]*(\S+)[ \t]+(\S(?:.*\S)?):([0-9]+)[ \t\r]*$", re.MULTILINE)
+_NO_TARGET, _PIPE, _ROW_RANGE = 1, 2, 3  # why a line of an scp file is not an entry (kaldi_scp.hpp)
 HEADER_BYTES = 22  # the longest matrix header (kaldi.hpp: kMaxHeaderBytes)
 MAX_KEY_BYTES = 4096  # a key longer than this in an archive scanned directly is refused
 SCAN_BLOCK = 1 << 16
-MAX_OFFSET = (1 << 63) - 1  # an scp offset beyond this is refused (a bad entry)
 
 
-@dataclass
 class _Entries:
-    """The matrices listed (by the scp files or the archives' scans), in order, as columns."""
+    """The matrices listed (by the scp files or the archives' scans), in order, as columns: added a file at a time,
+    the paths numbered across files."""
 
-    keys: list[str] = dataclasses.field(default_factory=list)
-    paths: list[str] = dataclasses.field(default_factory=list)
-    offsets: list[int] = dataclasses.field(default_factory=list)  # of the "\0B" marker
-    checked_keys: list[bool] = dataclasses.field(default_factory=list)  # whether "key " precedes the offset
+    def __init__(self) -> None:
+        self.paths: list[str] = []  # distinct, first-seen order
+        self._numbers: dict[str, int] = {}
+        self._keys: list[KeyColumn] = []
+        self._path_ids: list[np.ndarray] = []
+        self._offsets: list[np.ndarray] = []  # of the "\0B" marker
+        self._checked: list[np.ndarray] = []  # whether "key " precedes the offset
 
-    def add(self, key: str, path: str, offset: int, check_key: bool) -> None:
-        self.keys.append(key)
-        self.paths.append(path)
-        self.offsets.append(offset)
-        self.checked_keys.append(check_key)
+    def extend(
+        self, keys: TextKeys, paths: list[str], path_ids: np.ndarray, offsets: np.ndarray, checked: np.ndarray
+    ) -> None:
+        """Adds a file's entries: ``path_ids`` number its own distinct ``paths``."""
+        numbers = np.array([self._numbers.setdefault(p, len(self._numbers)) for p in paths], dtype=np.int64)
+        self.paths = list(self._numbers)
+        self._keys.append(keys)
+        self._path_ids.append(numbers[path_ids] if len(path_ids) else np.zeros(0, dtype=np.int64))
+        self._offsets.append(np.asarray(offsets, dtype=np.int64))
+        self._checked.append(np.asarray(checked, dtype=np.uint8))
+
+    def columns(self) -> tuple[TextKeys, np.ndarray, np.ndarray, np.ndarray]:
+        """(keys, path ids, offsets, checked keys) of every entry, once every file is added."""
+        if len(self._keys) != 1:
+            keys = KeyColumn.concatenate(self._keys) if self._keys else TextKeys.from_strings([])
+            assert isinstance(keys, TextKeys)
+            self._keys = [keys]
+            for column in (self._path_ids, self._offsets, self._checked):
+                column[:] = [np.concatenate(column) if column else np.zeros(0, dtype=np.int64)]
+        keys = self._keys[0]
+        assert isinstance(keys, TextKeys)
+        return keys, self._path_ids[0], self._offsets[0], self._checked[0].astype(np.uint8, copy=False)
+
+    def location(self, i: int) -> Location:
+        """Where entry ``i`` is: its archive, the offset of its matrix, its key."""
+        keys, path_ids, offsets, _ = self.columns()
+        return Location(self.paths[int(path_ids[i])], int(offsets[i]), sequence_key=_text(keys, i))
+
+
+def _text(keys: TextKeys, i: int) -> str:
+    """Key ``i`` as text."""
+    return str(keys.take(np.array([i]))[0])
+
+
+def _unmarked(marked: dict[int, str], count: int) -> np.ndarray:
+    """A mask of ``count`` entries, False where ``marked`` has one."""
+    mask = np.ones(count, dtype=bool)
+    mask[np.fromiter(marked, dtype=np.int64, count=len(marked))] = False
+    return mask
 
 
 def is_archive(start: bytes) -> bool:
@@ -175,56 +210,45 @@ class KaldiDeserializer(FeatureStreamOptions):
 
     # --------------------------------------------------------------------------------- index
     def _parse_scp(self, path: str, entries: _Entries) -> None:
-        """Adds the entries of a Kaldi scp file (``key rxfilename`` lines)."""
+        """Adds the entries of a Kaldi scp file (``key rxfilename`` lines), parsed natively."""
         with open(path, "rb") as f:
             data = f.read()
         if b"\0" in data:
             raise FormatError("a Kaldi scp file is text; this one holds NUL bytes", Location(path, data.find(b"\0")))
-        found = _SCP_LINE.findall(data)
-        below = all(len(o) < len(b"9223372036854775807") for _, _, o in found)  # every offset below 2**63
-        if below and len(found) == sum(1 for line in data.split(b"\n") if line.strip()):  # 'key path:offset' each
-            keys = [k.decode("utf-8", "surrogateescape") for k, _, _ in found]
-            files = [f.decode("utf-8", "surrogateescape") for _, f, _ in found]
-            if self.prefix_path:
-                files = [os.path.join(self.prefix_path, f) for f in files]
-            entries.keys += keys
-            entries.paths += files
-            entries.offsets += [int(o) for _, _, o in found]
-            entries.checked_keys += [True] * len(found)
-            return
-        offset = 0  # some line is of another form: line by line, naming the line of an error
-        for number, raw in enumerate(data.split(b"\n"), 1):
-            line_offset, offset = offset, offset + len(raw) + 1
-            line = raw.decode("utf-8", "surrogateescape").strip()
-            if not line:
-                continue
-            parts = line.split(None, 1)
-            where = functools.partial(Location, path, line_offset, number)
-            if len(parts) < 2:
-                raise FormatError(f"scp line '{line}' has no file: expected 'key path:offset'", where())
-            key, target = parts[0], parts[1].strip()
-            if target.endswith("|"):
-                raise FormatError(f"'{target}' is a pipe: cntkio reads archives by offset, not commands", where())
-            if target.endswith("]"):
-                raise FormatError(
-                    f"'{target}' selects rows or columns of a matrix ([...]), which cntkio does not read", where()
-                )
-            archive, colon, tail = target.rpartition(":")
-            if colon and tail.isascii() and tail.isdigit() and archive:
-                file, position, check_key = archive, int(tail), True
-                if position > MAX_OFFSET:
-                    self._bad(where(sequence_key=key), f"offset {tail} of '{archive}' is not below 2**63")
-                    continue
-            else:
-                file, position, check_key = target, 0, False  # a file holding one matrix, no key
-            if self.prefix_path:
-                file = os.path.join(self.prefix_path, file)
-            entries.add(key, file, position, check_key)
+        scp = _native.kaldi_scp(data)
+        for why, number, offset in zip(scp.problems.tolist(), scp.problem_lines.tolist(), scp.problem_offsets.tolist()):
+            self._scp_problem(path, data, why, number, offset)
+        paths = [p.decode("utf-8", "surrogateescape") for p in scp.paths]
+        if self.prefix_path:
+            paths = [os.path.join(self.prefix_path, p) for p in paths]
+        keys = TextKeys(scp.key_blob, scp.key_offsets)
+        entries.extend(keys, paths, scp.path_ids, scp.offsets, scp.checked_keys)
+
+    def _scp_problem(self, path: str, data: bytes, why: int, number: int, offset: int) -> None:
+        """Reports a line of an scp file that is not an entry (``_native.KaldiScp.problems``): raises, or counts an
+        offset not below 2**63 as a bad entry."""
+        end = data.find(b"\n", offset)
+        words = data[offset : end if end >= 0 else len(data)].split(None, 1)  # (ASCII whitespace, as the parser's)
+        line = b" ".join(words).decode("utf-8", "surrogateescape")
+        where = functools.partial(Location, path, offset, number)
+        if why == _NO_TARGET:
+            raise FormatError(f"scp line '{line}' has no file: expected 'key path:offset'", where())
+        key, target = (w.decode("utf-8", "surrogateescape") for w in words)
+        if why == _PIPE:
+            raise FormatError(f"'{target}' is a pipe: cntkio reads archives by offset, not commands", where())
+        if why == _ROW_RANGE:
+            raise FormatError(
+                f"'{target}' selects rows or columns of a matrix ([...]), which cntkio does not read", where()
+            )
+        archive, _, tail = target.rpartition(":")
+        self._bad(where(sequence_key=key), f"offset {tail} of '{archive}' is not below 2**63")
 
     def _scan_archive(self, path: str, entries: _Entries) -> None:
         """Adds the matrices of an archive read directly: each header read, each data skipped by its size. A
         broken header ends the scan (its size is unknown): the matrix is reported, those before it are kept."""
         data_file = DataFile(path, "Kaldi archive")
+        keys: list[str] = []
+        offsets: list[int] = []
         try:
             size = data_file.size
             position = 0
@@ -244,10 +268,13 @@ class KaldiDeserializer(FeatureStreamOptions):
                 except ValueError as error:
                     self._bad_at(path, offset, key, str(error))
                     break
-                entries.add(key, path, offset, False)
+                keys.append(key)
+                offsets.append(offset)
                 position = offset + header_bytes + data_bytes
         finally:
             data_file.close()
+        ids = np.zeros(len(keys), dtype=np.int64)  # (one path; no key checked: the scan found each before its matrix)
+        entries.extend(TextKeys.from_strings(keys), [path], ids, np.array(offsets, dtype=np.int64), ids != 0)
         self._scp_fingerprint.append(_file_fingerprint(path))
 
     def _bad_at(self, path: str, offset: int, key: str | None, reason: str) -> None:
@@ -257,20 +284,14 @@ class KaldiDeserializer(FeatureStreamOptions):
         self.errors.add(("matrix", path, offset), lambda: FormatError(reason, location))
 
     def _build(self, entries: _Entries) -> None:
-        count = len(entries.keys)
+        keys, path_ids, offsets, checked = entries.columns()
+        count = len(keys)
         if count == 0:
             raise ConfigError(f"{', '.join(self.scp_files)}: no utterance listed")
         bad: dict[int, str] = {}  # entry -> why it cannot be read (reported in entry order below)
-        seen: dict[str, int] = {}
-        for i, key in enumerate(entries.keys):
-            first = seen.setdefault(key, i)
-            if first != i:
-                bad[i] = f"key '{key}' listed again (first as entry {first + 1}); the first is read"
-        numbers: dict[str, int] = {}
-        path_ids = np.array([numbers.setdefault(p, len(numbers)) for p in entries.paths], dtype=np.int64)
-        offsets = np.array(entries.offsets, dtype=np.int64)
-        checked = np.array(entries.checked_keys, dtype=np.uint8)
-        encoded = [k.encode("utf-8", "surrogateescape") for k in entries.keys]
+        first = join_keys(keys, keys, by_text=True).match  # (the first entry of each key)
+        for i in np.flatnonzero(first != np.arange(count)).tolist():
+            bad[i] = f"key '{_text(keys, i)}' listed again (first as entry {first[i] + 1}); the first is read"
         kinds = np.full(count, -1, dtype=np.int32)
         rows = np.zeros(count, dtype=np.int64)
         cols = np.zeros(count, dtype=np.int64)
@@ -281,7 +302,7 @@ class KaldiDeserializer(FeatureStreamOptions):
         bounds = np.flatnonzero(np.diff(path_ids[order], prepend=-1, append=-2))
         for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):  # each archive: its headers in one native call
             members = order[a:b]
-            path = entries.paths[int(members[0])]
+            path = entries.paths[int(path_ids[members[0]])]
             try:
                 file_id = self._files.add(DataFile(path, "Kaldi archive"))
             except (OSError, FormatError) as error:
@@ -295,11 +316,10 @@ class KaldiDeserializer(FeatureStreamOptions):
                 for i in members[past].tolist():
                     bad.setdefault(i, f"offset {offsets[i]} is past the end of the archive ({data_file.size} bytes)")
                 members = members[~past]
-                lengths = np.array([len(encoded[i]) for i in members.tolist()], dtype=np.int64)
-                key_offsets = np.zeros(len(members) + 1, dtype=np.int64)
-                np.cumsum(lengths, out=key_offsets[1:])
-                blob = np.frombuffer(b"".join(encoded[i] for i in members.tolist()), dtype=np.uint8)
-                found = _native.kaldi_headers(data_file.fd, offsets[members], blob, key_offsets, checked[members])
+                named = keys.subset(members)
+                found = _native.kaldi_headers(
+                    data_file.fd, offsets[members], named.blob, named.offsets, checked[members], available_cores()
+                )
             finally:
                 self._files.release([file_id])
             kinds[members], rows[members], cols[members], ends[members] = found[:4]
@@ -307,21 +327,19 @@ class KaldiDeserializer(FeatureStreamOptions):
             file_ids[members] = file_id
             for j, why in found[4]:
                 bad.setdefault(int(members[j]), why)
-        good = (kinds >= 0) & np.array([i not in bad for i in range(count)], dtype=bool)
+        good = (kinds >= 0) & _unmarked(bad, count)
         if not good.any():
-            for i in sorted(bad):
-                self._bad(self._location(entries, i), bad[i])
+            self._report(entries, bad)
             raise ConfigError(f"{', '.join(self.scp_files)}: no usable utterance")
         empty = good & ((rows == 0) | (cols == 0))  # (Kaldi writes an empty matrix as 0 x 0)
         reference = self._reference(good & ~empty, cols)
         if reference is None:  # every matrix empty: none to learn the dimension from
             for i in np.flatnonzero(empty).tolist():
                 bad[i] = "the matrix holds no row (no frame)" if rows[i] == 0 else "the matrix holds no column"
-            for i in sorted(bad):
-                self._bad(self._location(entries, i), bad[i])
+            self._report(entries, bad)
             raise ConfigError(f"{', '.join(self.scp_files)}: no usable utterance")
         dim = int(cols[reference])
-        self._configure_dimension(dim, entries.paths[reference])
+        self._configure_dimension(dim, entries.paths[path_ids[reference]])
         for i in np.flatnonzero(good & (empty | (cols != dim) | (ends > sizes))).tolist():
             if rows[i] == 0:
                 bad[i] = "the matrix holds no row (no frame)"
@@ -330,7 +348,7 @@ class KaldiDeserializer(FeatureStreamOptions):
             elif cols[i] != dim:
                 bad[i] = (
                     f"the matrix has {cols[i]} columns, the stream's matrices {dim} (shape {self._config_dim}; "
-                    f"the first such matrix is '{entries.keys[reference]}')"
+                    f"the first such matrix is '{_text(keys, reference)}')"
                 )
             else:
                 bad[i] = (
@@ -343,15 +361,14 @@ class KaldiDeserializer(FeatureStreamOptions):
                     raise FormatError(
                         f"stream '{self.stream_name}' has broadcast=True, so every matrix must hold exactly one "
                         f"row; this one holds {rows[i]}",
-                        self._location(entries, i),
+                        entries.location(i),
                     )
-        for i in sorted(bad):
-            self._bad(self._location(entries, i), bad[i])
-        keep = good & np.array([i not in bad for i in range(count)], dtype=bool)
+        self._report(entries, bad)
+        keep = good & _unmarked(bad, count)
         too_long = keep & (rows > (self.max_sequence_length or np.iinfo(np.int64).max))
         self.skipped_too_long = int(too_long.sum())
         if self.skipped_too_long:
-            shown = [entries.keys[i] for i in np.flatnonzero(too_long)[:SHOWN_KEYS].tolist()]
+            shown = keys.take(np.flatnonzero(too_long)[:SHOWN_KEYS])
             logger.warning(
                 "%s: %d utterance(s) longer than max_sequence_length=%d frames skipped: %s%s",
                 self.filename, self.skipped_too_long, self.max_sequence_length, ", ".join(shown),
@@ -365,12 +382,8 @@ class KaldiDeserializer(FeatureStreamOptions):
         self._offsets = offsets[kept]
         self._kinds = kinds[kept]
         self._rows = rows[kept]
-        key_lengths = np.array([len(encoded[i]) for i in kept.tolist()], dtype=np.int64)
-        key_offsets = np.zeros(len(kept) + 1, dtype=np.int64)
-        np.cumsum(key_lengths, out=key_offsets[1:])
-        blob = np.frombuffer(b"".join(encoded[i] for i in kept.tolist()), dtype=np.uint8)
-        keys = TextKeys(blob, key_offsets)
-        self._index = SequenceIndex(_chunk_starts(self._rows, self.chunk_frames), narrow_lengths(self._rows), keys)
+        chunks = _chunk_starts(self._rows, self.chunk_frames)
+        self._index = SequenceIndex(chunks, narrow_lengths(self._rows), keys.subset(kept))
 
     def _reference(self, usable: np.ndarray, cols: np.ndarray) -> int | None:
         """The matrix whose column count is the stream's: the first usable one that fits the configured shape (as
@@ -389,8 +402,10 @@ class KaldiDeserializer(FeatureStreamOptions):
                 return int(np.argmax(candidates))
         return None
 
-    def _location(self, entries: _Entries, i: int) -> Location:
-        return Location(entries.paths[i], entries.offsets[i], sequence_key=entries.keys[i])
+    def _report(self, entries: _Entries, bad: dict[int, str]) -> None:
+        """Reports the bad entries (entry -> why) in entry order."""
+        for i in sorted(bad):
+            self._bad(entries.location(i), bad[i])
 
     def _bad(self, location: Location, reason: str) -> None:
         if self.errors.max_errors == 0:
