@@ -7,9 +7,12 @@ Every measurement runs in a fresh subprocess, round-robin over --runs rounds (th
 cache in every case, so the sweep is what is timed; opening is reported apart). Reported per reader: medians of
 MB/s (file bytes / sweep seconds), CPU seconds of the reading process, and bytes fetched / file bytes (each chunk's
 bytes fetched once: bar <= 1.1); ratios remote / local (bar >= 0.8). Each child checks the sum of the values.
+With --latency MS and --rate MB/s the HTTP server answers each request that much later and sends each response at
+that rate (a network link to a store, emulated on loopback), and a second HTTP reader, "http-noahead", reads without
+fetching queued chunks ahead (``remote.configure(fetch_ahead=False)``: what the fetch ahead is worth).
 
 Data: $BENCH_DATA or ./bench-data, under remote/ (generated once per size).
-  python bench/remote.py [--mb 256] [--runs 5] [--s3] [--json out.json]
+  python bench/remote.py [--mb 256] [--runs 5] [--s3] [--latency MS] [--rate MBPS] [--json out.json]
   python bench/remote.py --smoke     # 16 MB, 1 round
 """
 
@@ -37,6 +40,7 @@ import json, resource, sys, time
 import numpy as np
 from cntkio import CTFDeserializer, MinibatchSource, StreamDef, StreamDefs, remote
 path, cache, options = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+remote.configure(**options.pop("settings", {}))
 if options:
     remote.configure("s3", **options)
 streams = StreamDefs(x=StreamDef(shape=DIM))
@@ -62,7 +66,7 @@ SERVE_HTTP = r"""
 import sys, time
 sys.path.insert(0, TESTS)
 from storage_servers import RangeServer
-server = RangeServer(sys.argv[1])
+server = RangeServer(sys.argv[1], latency=float(sys.argv[2]) / 1000, rate=float(sys.argv[3]) * 1e6 or None)
 print(server.url, flush=True)
 time.sleep(10**6)
 """.replace("TESTS", repr(str(ROOT / "tests")))
@@ -114,6 +118,8 @@ def main() -> None:
     parser.add_argument("--mb", type=int, default=256)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--s3", action="store_true", help="also read from moto's S3 server")
+    parser.add_argument("--latency", type=float, default=0.0, help="HTTP: milliseconds before each answer")
+    parser.add_argument("--rate", type=float, default=0.0, help="HTTP: MB/s of each response (0: unpaced)")
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -122,11 +128,14 @@ def main() -> None:
     path, expected = make_data(args.mb)
     size = path.stat().st_size
     servers = []
-    http = subprocess.Popen([sys.executable, "-c", SERVE_HTTP, str(path.parent)], stdout=subprocess.PIPE, text=True)
+    served = [str(path.parent), str(args.latency), str(args.rate)]
+    http = subprocess.Popen([sys.executable, "-c", SERVE_HTTP, *served], stdout=subprocess.PIPE, text=True)
     servers.append(http)
     assert http.stdout is not None
     url = http.stdout.readline().strip() + path.name
     readers: dict[str, tuple[str, dict[str, Any]]] = {"local": (str(path), {}), "http": (url, {})}
+    if args.latency or args.rate:
+        readers["http-noahead"] = (url, {"settings": {"fetch_ahead": False}})
     if args.s3:
         s3 = subprocess.Popen([sys.executable, "-c", SERVE_S3, str(path)], stdout=subprocess.PIPE, text=True)
         servers.append(s3)

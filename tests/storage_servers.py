@@ -9,6 +9,7 @@ import os
 import re
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,21 +18,29 @@ from typing import Any
 _RANGE = re.compile(r"bytes=(\d+)-(\d*)$")
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 128  # (socketserver's 5 drops the SYNs of a client opening many connections at once: a
+    # second's retransmission each, which real servers' backlogs do not cause)
+
+
 class RangeServer:
     """Serves the files under ``root`` at ``url`` (``http://127.0.0.1:<port>/``): HEAD and GET with one byte range
     (206), an ETag of the file's inode, size and modification time, Last-Modified. ``bytes_sent``, ``gets`` and
     ``heads`` count what it served; :meth:`fail` makes the next requests fail (status 503, or the connection
-    closed with ``drop``)."""
+    closed with ``drop``). ``latency`` (seconds before each answer) and ``rate`` (bytes per second of each
+    response) make loopback behave like a network link to a store (benchmarks)."""
 
-    def __init__(self, root: str):
+    def __init__(self, root: str, *, latency: float = 0.0, rate: float | None = None):
         self.root = root
+        self.latency = latency
+        self.rate = rate
         self.bytes_sent = 0
         self.gets = 0
         self.heads = 0
         self._failures = 0
         self._drop = False
         self._lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self.server = _Server(("127.0.0.1", 0), _handler(self))
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -116,6 +125,8 @@ def _handler(owner: RangeServer) -> type[BaseHTTPRequestHandler]:
             found = self._begin("gets")
             if found is None:
                 return
+            if owner.latency:
+                time.sleep(owner.latency)
             path, info = found
             start, end = 0, info.st_size
             match = _RANGE.match(self.headers.get("Range", ""))
@@ -134,10 +145,14 @@ def _handler(owner: RangeServer) -> type[BaseHTTPRequestHandler]:
                 self.send_response(200)
             self._headers(info, end - start)
             self.end_headers()
+            began = time.perf_counter()
             with open(path, "rb") as file:
-                sent = os.sendfile(self.wfile.fileno(), file.fileno(), start, end - start) if end > start else 0
+                sent = 0
                 while sent < end - start:  # (sendfile may send less)
-                    sent += os.sendfile(self.wfile.fileno(), file.fileno(), start + sent, end - start - sent)
+                    step = end - start - sent if owner.rate is None else min(end - start - sent, 1 << 18)
+                    sent += os.sendfile(self.wfile.fileno(), file.fileno(), start + sent, step)
+                    if owner.rate is not None:  # (paced: never ahead of the rate)
+                        time.sleep(max(0.0, began + sent / owner.rate - time.perf_counter()))
             with owner._lock:
                 owner.bytes_sent += end - start
 

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -309,6 +310,37 @@ def test_a_forked_child_reads_through_its_own_staging_file(served: tuple[RangeSe
     os.waitpid(pid, 0)
 
 
+FORK_THEN_READ = r"""
+import gc, os, sys
+sys.path.insert(0, sys.argv[2])
+from storage_servers import RangeServer
+from cntkio import CTFDeserializer, StreamDef, StreamDefs
+server = RangeServer(sys.argv[1])
+reader = CTFDeserializer(server.url + "f.ctf", StreamDefs(x=StreamDef(shape=3)), chunk_size_in_bytes=4096)
+expected = [reader.get_chunk(c)["x"].values.sum() for c in range(reader.num_chunks())]  # (connections pooled)
+for _ in range(3):
+    pid = os.fork()
+    if pid == 0:  # the child reads with a filesystem of its own; the parent's is dropped and collected here
+        reader.get_chunk(0)
+        gc.collect()
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert [reader.get_chunk(c)["x"].values.sum() for c in range(reader.num_chunks())] == expected
+print("ok")
+"""
+
+
+def test_a_forked_child_leaves_the_parents_connections_alone(tmp_path: Path) -> None:
+    # A child's copy of the parent's event loop shares the parent's epoll instance: closing the parent's dropped
+    # filesystem in the child took the parent's sockets out of it, and the parent's next read hung.
+    with open(tmp_path / "f.ctf", "w") as f:
+        f.writelines(f"{i} |x {i} 1 2\n" for i in range(3000))
+    tests = str(Path(__file__).resolve().parent)
+    out = subprocess.run([sys.executable, "-c", FORK_THEN_READ, str(tmp_path), tests], capture_output=True, text=True,
+                         timeout=60)  # fmt: skip
+    assert out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
 def test_an_image_map_over_http_reads_the_images_it_names_there(served: tuple[RangeServer, Path]) -> None:
     server, root = served
     shutil.copytree(EXAMPLES / "images", root / "images", dirs_exist_ok=True)
@@ -467,3 +499,118 @@ def test_htk_features_in_a_file_per_utterance_are_fetched_together(served: tuple
     before = remote.fetch_stats()
     assert sequences(there) == sequences(here)
     assert remote.fetch_stats().requests - before.requests <= 30 + 15  # (a ranged read a file, and compressed headers)
+
+
+def _wait_for_fetches_ahead() -> None:
+    """Waits until this process's fetch threads have nothing queued or running."""
+    from cntkio._src.formats import remote as implementation
+
+    threads = remote.settings().concurrency
+    barrier = threading.Barrier(threads + 1)  # (every fetch thread in it: none runs anything else)
+    for _ in range(threads):
+        implementation._fetcher().submit(barrier.wait)
+    barrier.wait()
+
+
+@pytest.mark.parametrize("ahead", [True, False])
+def test_queued_chunks_are_fetched_ahead_once_and_read_as_locally(
+    served: tuple[RangeServer, Path], ahead: bool
+) -> None:
+    server, root = served
+    local = write_ctf(root / "ahead.ctf", 6000, seed=11)
+    url = server.url + "ahead.ctf"
+
+    def source(path: str) -> MinibatchSource:
+        reader = CTFDeserializer(path, STREAMS, chunk_size_in_bytes=8 << 10, cache_index=True)
+        return MinibatchSource(reader, randomization_window_in_chunks=3, max_sweeps=1, randomization_seed=5)
+
+    expected = contents(source(str(local)))
+    remote.configure(fetch_ahead=ahead)
+    try:
+        there = source(url)  # (indexed: the sweep below fetches chunks only)
+        _wait_for_fetches_ahead()
+        before = remote.fetch_stats()
+        assert contents(there) == expected
+        _wait_for_fetches_ahead()
+        after = remote.fetch_stats()
+    finally:
+        remote.configure(fetch_ahead=True)
+    assert (after.ahead - before.ahead > local.stat().st_size / 4) == ahead  # (most chunks arrive before their load)
+    # every byte fetched once: a chunk fetched ahead is not fetched again by its read
+    assert local.stat().st_size * 0.99 <= after.bytes - before.bytes <= local.stat().st_size * 1.01
+
+
+def test_a_read_takes_over_a_fetch_ahead_not_started_and_one_that_fails_is_fetched_again(
+    served: tuple[RangeServer, Path],
+) -> None:
+    from cntkio._src.formats import remote as implementation
+
+    server, root = served
+    data = bytes(range(256)) * 4096  # 1 MiB
+    (root / "raw.bin").write_bytes(data)
+    file = cntkio._src.formats.data_file.open_data_file(server.url + "raw.bin", "test data")
+    gate = threading.Event()
+    pool = implementation._fetcher()
+    blockers = [pool.submit(gate.wait) for _ in range(remote.settings().concurrency)]  # every fetch thread busy
+    try:
+        before = remote.fetch_stats()
+        file.prefetch([(1000, 300_000)])  # queued behind the blockers
+        assert file.read_ranges([(1000, 300_000)]) == [data[1000:300_000]]  # taken over: fetched by the read
+    finally:
+        gate.set()
+        for blocker in blockers:
+            blocker.result()
+    _wait_for_fetches_ahead()
+    after = remote.fetch_stats()
+    assert after.bytes - before.bytes == 299_000 and after.ahead == before.ahead  # (the queued parts never ran)
+    server.fail(1)  # the fetch ahead fails (it is not retried): the read fetches the bytes, with its retries
+    file.prefetch([(0, 4096)])
+    _wait_for_fetches_ahead()
+    assert file.read_ranges([(0, 4096), (8192, 9000)]) == [data[:4096], data[8192:9000]]
+    file.prefetch([(50_000, 60_000)])  # fetched ahead, then read from the staging file: fetched once
+    _wait_for_fetches_ahead()
+    before = remote.fetch_stats()
+    assert file.read_ranges([(50_000, 60_000)]) == [data[50_000:60_000]]
+    assert remote.fetch_stats().bytes == before.bytes
+    file.close()
+
+
+def test_bytes_fetched_ahead_of_a_rewritten_object_are_an_error_at_the_read(served: tuple[RangeServer, Path]) -> None:
+    server, root = served
+    path = root / "rewritten.bin"
+    path.write_bytes(b"a" * 100_000)
+    file = cntkio._src.formats.data_file.open_data_file(server.url + "rewritten.bin", "test data")
+    file.prefetch([(0, 50_000)])
+    _wait_for_fetches_ahead()
+    path.write_bytes(b"b" * 100_000)  # the same size, another version
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+    with pytest.raises(FormatError, match=r"rewritten\.bin.*changed since it was indexed"):
+        file.read_ranges([(0, 50_000)])
+    file.close()
+
+
+def test_closing_with_fetches_ahead_queued_or_running_writes_nothing_afterwards(
+    served: tuple[RangeServer, Path], tmp_path: Path
+) -> None:
+    from cntkio._src.formats import remote as implementation
+
+    server, root = served
+    (root / "closing.bin").write_bytes(b"x" * 3_000_000)
+    remote.configure(part_bytes=1 << 16)
+    try:
+        file = cntkio._src.formats.data_file.open_data_file(server.url + "closing.bin", "test data")
+        staging_fd = file.fd
+        gate = threading.Event()
+        pool = implementation._fetcher()
+        blocker = pool.submit(gate.wait)  # one thread held: the rest start parts, more are queued
+        file.prefetch([(0, 3_000_000)])
+        file.close()  # waits for the running parts; the queued ones never run
+        other = os.open(tmp_path / "other", os.O_RDWR | os.O_CREAT)  # (may take the staging file's number)
+        gate.set()
+        blocker.result()
+        _wait_for_fetches_ahead()
+        assert os.fstat(other).st_size == 0
+        os.close(other)
+        assert staging_fd >= 0
+    finally:
+        remote.configure(part_bytes=8 << 20)

@@ -155,11 +155,18 @@ class CBFDeserializer(Sharded, FileBacked, IndexedDeserializer):
         entry = file_entry(self.data_file, [self._chunk_offsets])
         return {**super().identity(), "files": [entry]}
 
+    def prefetch_chunk(self, chunk_id: int) -> None:
+        """The chunk's bytes start arriving if they are remote (:meth:`Deserializer.prefetch_chunk`)."""
+        self.data_file.prefetch([self._chunk_bytes(chunk_id)])
+
+    def _chunk_bytes(self, chunk_id: int) -> tuple[int, int]:
+        return int(self._chunk_offsets[chunk_id]), int(self._chunk_offsets[chunk_id + 1])
+
     def get_chunk(self, chunk_id: int) -> ParsedChunk:
         self._chunk_range(chunk_id)
         self.data_file.require_open()
         try:
-            with self.data_file.staged([(int(self._chunk_offsets[chunk_id]), int(self._chunk_offsets[chunk_id + 1]))]):
+            with self.data_file.staged([self._chunk_bytes(chunk_id)]):
                 columns = self._file.decode(chunk_id)
         except _native.CbfError as error:
             self.data_file.check_unchanged("indexed")  # a changed file explains the damage

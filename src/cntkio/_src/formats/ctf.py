@@ -438,6 +438,10 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
         )
         return FormatError(_describe(kind, byte, spec), location)
 
+    def prefetch_chunk(self, chunk_id: int) -> None:
+        """The chunk's bytes start arriving if they are remote (:meth:`Deserializer.prefetch_chunk`)."""
+        self.data_file.prefetch([self.chunk_bytes(chunk_id)])
+
     def chunk_bytes(self, chunk_id: int) -> tuple[int, int]:
         """The byte range ``[start, end)`` of a chunk's sequences in the file (for ``cntkio inspect``)."""
         a, b = self._chunk_range(chunk_id)

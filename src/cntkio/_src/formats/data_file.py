@@ -223,6 +223,11 @@ class DataFile:
         del ranges
         return contextlib.nullcontext()
 
+    def prefetch(self, ranges: Sequence[tuple[int, int]]) -> None:
+        """A hint that the byte ranges ``[start, end)`` will be read soon (a local file: nothing to do; a remote
+        object starts fetching them, :class:`RemoteDataFile`)."""
+        del ranges
+
     def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         """The bytes of each range ``[start, end)`` (fewer at the end of the file)."""
         self.require_open()
@@ -289,6 +294,10 @@ class RemoteDataFile(DataFile):
     def staged(self, ranges: Sequence[tuple[int, int]]) -> contextlib.AbstractContextManager[None]:
         self.require_open()
         return self.object.staged(list(ranges))
+
+    def prefetch(self, ranges: Sequence[tuple[int, int]]) -> None:
+        if not self._closed:
+            self.object.prefetch(list(ranges))
 
     def check_unchanged(self, since: str) -> None:
         self.require_open()

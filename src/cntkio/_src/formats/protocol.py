@@ -215,6 +215,11 @@ class Deserializer(abc.ABC):
         """The chunk as sweep ``sweep`` reads it; the same for every sweep unless :attr:`sweep_dependent`."""
         return self.get_chunk(chunk_id)
 
+    def prefetch_chunk(self, chunk_id: int) -> None:
+        """A hint, given when the reader queues the chunk's load: it will be read soon. Formats of remote data
+        start fetching its bytes (so parse threads parse while the next chunks arrive); nothing by default."""
+        return None
+
     def sequence_index(self) -> SequenceIndex:
         """Every sequence's length and key, chunk after chunk, as columns (built once, then cached).
 

@@ -18,12 +18,15 @@ variables ``FSSPEC_<PROTOCOL>_<OPTION>``), or :func:`configure`.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import hashlib
 import logging
 import os
 import re
+import selectors
+import sys
 import tempfile
 import threading
 import time
@@ -76,7 +79,9 @@ class RemoteSettings:
 
     ``retries``: attempts after the first for a failing range (transient errors: connection, timeout, 5xx, ...);
     ``backoff``: seconds before the first retry, doubled each time; ``part_bytes``: a range longer than this is
-    fetched as parts of this size, ``concurrency`` parts at a time (a read holds their bytes); ``cache_dir``: where
+    fetched as parts of this size, ``concurrency`` parts at a time (a read holds their bytes); ``fetch_ahead``:
+    whether the chunks the reader has queued are fetched ahead of their parse (:meth:`RemoteObject.prefetch`: their
+    bytes wait in the staging file); ``cache_dir``: where
     staging files go (None: :func:`default_cache_dir`); ``storage_options``: per protocol, keyword arguments of its
     fsspec filesystem. A pickled deserializer of remote data carries the options of its protocol (as fsspec's
     filesystems pickle theirs), so workers it is sent to reach the same store."""
@@ -85,6 +90,7 @@ class RemoteSettings:
     backoff: float = 0.1
     part_bytes: int = 8 << 20
     concurrency: int = 8
+    fetch_ahead: bool = True
     cache_dir: str | None = None
     storage_options: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
@@ -104,12 +110,13 @@ def configure(
     backoff: float | None = None,
     part_bytes: int | None = None,
     concurrency: int | None = None,
+    fetch_ahead: bool | None = None,
     cache_dir: str | None = None,
     **storage_options: Any,
 ) -> RemoteSettings:
     """Sets how remote data is read: ``configure("s3", endpoint_url=..., key=..., secret=...)`` gives the ``s3``
-    filesystem these options; ``retries``, ``backoff``, ``part_bytes``, ``concurrency`` and ``cache_dir`` are for
-    every protocol.
+    filesystem these options; ``retries``, ``backoff``, ``part_bytes``, ``concurrency``, ``fetch_ahead`` and
+    ``cache_dir`` are for every protocol.
     Deserializers opened afterwards use them. Returns the settings."""
     if storage_options and protocol is None:
         raise TypeError("configure: storage options need the protocol they are for, e.g. configure('s3', ...)")
@@ -127,6 +134,8 @@ def configure(
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         _SETTINGS.concurrency = int(concurrency)
+    if fetch_ahead is not None:
+        _SETTINGS.fetch_ahead = bool(fetch_ahead)
     if cache_dir is not None:
         _SETTINGS.cache_dir = os.fspath(cache_dir)
     if protocol is not None:
@@ -156,15 +165,17 @@ def adopt(options: dict[str, dict[str, Any]] | None) -> None:
 @dataclasses.dataclass(frozen=True)
 class FetchStats:
     """What this process fetched from remote storage: ``bytes`` of data, ``requests`` (ranged reads),
-    ``retries`` (reads repeated after a transient error) and ``checks`` (version checks)."""
+    ``retries`` (reads repeated after a transient error), ``checks`` (version checks) and ``ahead`` (of the bytes,
+    those fetched ahead of their read: :attr:`RemoteSettings.fetch_ahead`)."""
 
     bytes: int
     requests: int
     retries: int
     checks: int
+    ahead: int
 
 
-_counts = [0, 0, 0, 0]
+_counts = [0, 0, 0, 0, 0]
 _counts_lock = threading.Lock()
 
 
@@ -173,8 +184,36 @@ def _reset_counts_lock() -> None:  # (a forked child: the lock may have been hel
     _counts_lock = threading.Lock()
 
 
+_parent_loop: Any = None  # fsspec's event loop, seen just before a fork
+
+
+def _note_loop() -> None:
+    global _parent_loop
+    asyn = sys.modules.get("fsspec.asyn")
+    _parent_loop = asyn.loop[0] if asyn is not None else None
+
+
+def _inert_parent_loop() -> None:
+    """In a forked child: the parent's fsspec event loop (its thread is gone; fsspec makes the child another) is
+    made inert. Its selector is the parent's epoll instance, shared across the fork: when the child drops a
+    filesystem of the parent's (a remote object re-opens its filesystem in a child), closing its connections would
+    take the parent's sockets out of that epoll, and the parent's next request would wait forever. The loop gets an
+    empty selector of its own and counts as stopped, so closing them in the child touches nothing of the parent's
+    (as eventlet and others clean the parent's hub out of a child)."""
+    global _parent_loop
+    loop, _parent_loop = _parent_loop, None
+    if loop is not None and hasattr(loop, "_selector"):
+        loop._selector = selectors.SelectSelector()  # (no descriptor of its own; empty)
+        loop._thread_id = None  # (is_running() is False: fsspec closes sessions without it)
+
+
+def _reset_in_child() -> None:
+    _reset_counts_lock()
+    _inert_parent_loop()
+
+
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_counts_lock)
+    os.register_at_fork(before=_note_loop, after_in_child=_reset_in_child)
 
 
 def _count(field: int, amount: int = 1) -> None:
@@ -387,6 +426,23 @@ class RemoteObject:
         (:meth:`check_unchanged`), as it checks a local file."""
         return staged_together([(self, ranges)])
 
+    def prefetch(self, ranges: list[tuple[int, int]]) -> None:
+        """Starts fetching the byte ranges into the staging file in the background, for a read coming soon (a chunk
+        the reader has queued): their parts go to this process's ``concurrency`` fetch threads, in the order asked,
+        so the parse threads parse while the next chunks arrive. The read takes the bytes over when it ends
+        (:meth:`staged`); a read that comes before the fetch started fetches them itself; a fetch that fails leaves
+        them to the read, which reports the error."""
+        if not _SETTINGS.fetch_ahead:
+            return
+        staging = self._stage_file()
+        spans = _merged([(max(0, int(a)), min(self.size, int(b))) for a, b in ranges])
+        parts = _parts(self, staging, staging.missing(spans, ahead=True))
+        if parts:
+            token = staging.hold_ahead(spans, len(parts))
+            pool = _fetcher()
+            for part in parts:
+                pool.submit(_fetch_ahead, part, token)
+
     def close(self) -> None:
         with self._guard():
             if self._staging is not None and self._staging.pid == os.getpid():
@@ -408,6 +464,7 @@ class _Staging:
         self.punch = True  # (False once the filesystem refused to free a range)
         self._lock = threading.Lock()
         self._held: dict[int, tuple[list[tuple[int, int]], bool]] = {}  # token -> (spans, ready)
+        self._ahead: dict[int, _Ahead] = {}  # of the tokens: those fetched ahead of their read (prefetch)
         self._next = 0
 
     def hold(self, spans: list[tuple[int, int]]) -> int:
@@ -420,9 +477,83 @@ class _Staging:
         with self._lock:
             self._held[token] = (self._held[token][0], True)
 
-    def missing(self, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    # --- ranges fetched ahead of their read (RemoteObject.prefetch) --------------------------------------------
+    def hold_ahead(self, spans: list[tuple[int, int]], parts: int) -> int:
+        """Holds ``spans`` for a fetch ahead of their read in ``parts`` parts, queued: its token."""
+        token = self.hold(spans)
         with self._lock:
-            ready = [s for spans_, done in self._held.values() if done for s in spans_]
+            self._ahead[token] = _Ahead(parts)
+        return token
+
+    def start_ahead(self, token: int) -> bool:
+        """Whether a part of the fetch ahead ``token`` is to run (False: a read took it over, the file closed, or
+        another part failed)."""
+        with self._lock:
+            ahead = self._ahead.get(token)
+            if ahead is None or ahead.cancelled or ahead.failed or self.fd < 0:
+                return False
+            ahead.started = True
+            return True
+
+    def end_ahead_part(self, token: int, fetched: bool) -> None:
+        """A part of the fetch ahead ``token`` ended (``fetched`` or not); after the last, its spans are ready for
+        their read, or let go if a part was not fetched."""
+        with self._lock:
+            ahead = self._ahead.get(token)
+            if ahead is None:  # (taken over by a read before any part started)
+                return
+            ahead.left -= 1
+            ahead.failed |= not fetched
+            if ahead.left:
+                return
+            if ahead.failed:
+                del self._ahead[token]
+        if ahead.failed:
+            self.release(token)
+        else:
+            self.mark_ready(token)
+        ahead.done.set()
+
+    def await_ahead(self, spans: list[tuple[int, int]]) -> None:
+        """Before a read of ``spans``: fetches ahead overlapping them that have not started are taken over (the read
+        fetches their bytes itself), those running are waited for."""
+        running = []
+        with self._lock:
+            for token, ahead in list(self._ahead.items()):
+                if ahead.done.is_set() or not _overlap(self._held[token][0], spans):
+                    continue
+                if ahead.started:
+                    running.append(ahead.done)
+                else:
+                    ahead.cancelled = True
+                    del self._ahead[token]
+                    del self._held[token]  # (nothing was fetched into them)
+                    ahead.done.set()
+        for done in running:
+            done.wait()
+
+    def adopt_ahead(self, spans: list[tuple[int, int]]) -> None:
+        """After a read of ``spans``: the fetches ahead it read (lying within them) are let go."""
+        with self._lock:
+            taken = [
+                token
+                for token, ahead in self._ahead.items()
+                if ahead.done.is_set() and all(_subtract(span, spans) == [] for span in self._held[token][0])
+            ]
+            for token in taken:
+                del self._ahead[token]
+        for token in taken:
+            self.release(token)
+
+    def spans_of(self, token: int) -> list[tuple[int, int]]:
+        with self._lock:
+            return self._held[token][0]
+
+    def missing(self, spans: list[tuple[int, int]], *, ahead: bool = False) -> list[tuple[int, int]]:
+        """The pieces of ``spans`` no ready range holds (``ahead``: nor a fetch ahead, ready or not)."""
+        with self._lock:
+            covered = [token for token, (_, done) in self._held.items() if done or (ahead and token in self._ahead)]
+            ready = [s for token in covered for s in self._held[token][0]]
         return [piece for span in spans for piece in _subtract(span, ready)]
 
     def write(self, offset: int, data: bytes) -> None:
@@ -446,6 +577,12 @@ class _Staging:
                         break
 
     def close(self) -> None:
+        with self._lock:  # fetches ahead: those queued never run, those running are waited for (they write to fd)
+            for ahead in self._ahead.values():
+                ahead.cancelled = True
+            running = [ahead.done for ahead in self._ahead.values() if ahead.started]
+        for done in running:
+            done.wait()
         with self._lock:
             if self.fd >= 0:
                 os.close(self.fd)
@@ -468,10 +605,8 @@ def staged_together(requests: Sequence[tuple[RemoteObject, list[tuple[int, int]]
             staging = owner._stage_file()
             spans = _merged([(max(0, int(a)), min(owner.size, int(b))) for a, b in ranges])
             held.append((staging, staging.hold(spans)))
-            step = _SETTINGS.part_bytes
-            parts += [
-                _Part(owner, staging, a, min(b, a + step)) for a, b in staging.missing(spans) for a in range(a, b, step)
-            ]
+            staging.await_ahead(spans)
+            parts += _parts(owner, staging, staging.missing(spans))
         batch = _SETTINGS.concurrency
         for first in range(0, len(parts), batch):  # (at most `concurrency` parts in memory; each batch written)
             _fetch_parts(parts[first : first + batch])
@@ -480,7 +615,62 @@ def staged_together(requests: Sequence[tuple[RemoteObject, list[tuple[int, int]]
         yield
     finally:
         for staging, token in held:
+            staging.adopt_ahead(staging.spans_of(token))
             staging.release(token)
+
+
+@dataclasses.dataclass
+class _Ahead:
+    """A fetch ahead of its read: ``left`` parts to fetch; ``started`` (a part did), ``failed`` (a part was not
+    fetched), ``cancelled`` (taken over by the read, or the file closed), ``done`` (fetched or let go)."""
+
+    left: int
+    started: bool = False
+    failed: bool = False
+    cancelled: bool = False
+    done: threading.Event = dataclasses.field(default_factory=threading.Event)
+
+
+def _fetch_ahead(part: _Part, token: int) -> None:
+    """Fetches a part of a fetch ahead (:meth:`RemoteObject.prefetch`) on a fetch thread, once, without retries: a
+    part not fetched leaves the bytes to the read, which fetches them again and reports what fails."""
+    staging = part.staging
+    if not staging.start_ahead(token):
+        staging.end_ahead_part(token, False)
+        return
+    fetched = False
+    try:
+        data = part.owner.fs.cat_file(part.owner.path, start=part.start, end=part.end)
+        if len(data) == part.end - part.start:
+            staging.write(part.start, data)
+            _count(0, len(data))
+            _count(1)
+            _count(4, len(data))
+            fetched = True
+    except Exception as error:
+        logger.debug("%s: fetching bytes [%d, %d) ahead failed: %s", part.owner.url, part.start, part.end, error)
+    finally:
+        staging.end_ahead_part(token, fetched)
+
+
+_FETCHER: tuple[tuple[int, int], concurrent.futures.ThreadPoolExecutor] | None = None
+
+
+def _fetcher() -> concurrent.futures.ThreadPoolExecutor:
+    """This process's fetch threads, ``concurrency`` of them (a forked child makes its own; a new setting, new
+    threads, the old ones ending once their queued parts are done)."""
+    global _FETCHER
+    owner = (os.getpid(), _SETTINGS.concurrency)
+    if _FETCHER is None or _FETCHER[0] != owner:
+        if _FETCHER is not None and _FETCHER[0][0] == owner[0]:
+            _FETCHER[1].shutdown(wait=False)
+        pool = concurrent.futures.ThreadPoolExecutor(_SETTINGS.concurrency, thread_name_prefix="cntkio-fetch")
+        _FETCHER = (owner, pool)
+    return _FETCHER[1]
+
+
+def _overlap(spans: list[tuple[int, int]], others: list[tuple[int, int]]) -> bool:
+    return any(a < d and c < b for a, b in spans for c, d in others)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -491,6 +681,12 @@ class _Part:
     staging: _Staging
     start: int
     end: int
+
+
+def _parts(owner: RemoteObject, staging: _Staging, spans: list[tuple[int, int]]) -> list[_Part]:
+    """``spans`` of ``owner`` cut into parts of ``part_bytes``."""
+    step = _SETTINGS.part_bytes
+    return [_Part(owner, staging, a, min(b, a + step)) for a, b in spans for a in range(a, b, step)]
 
 
 def _fetch_parts(parts: list[_Part]) -> None:

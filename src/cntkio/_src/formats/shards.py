@@ -143,6 +143,10 @@ class ShardedDeserializer(IndexedDeserializer):
         shard, local = self._shard_of_chunk(chunk_id)
         return shard.get_chunk_of_sweep(local, sweep)
 
+    def prefetch_chunk(self, chunk_id: int) -> None:
+        shard, local = self._shard_of_chunk(chunk_id)
+        shard.prefetch_chunk(local)
+
     def chunk_file_bytes(self) -> np.ndarray | None:
         """The shards' chunk sizes in shard order (None if a shard's format does not know them)."""
         parts = [shard.chunk_file_bytes() for shard in self.shards]

@@ -61,6 +61,7 @@ class ChunkExchange:
     """
 
     splits_chunks = False  # (a ChunkLoader: the worker processes are the parallelism)
+    reads_here = False  # (whichever worker claims a chunk reads it)
 
     def __init__(self, job: str, epoch: int, worker: int, workers: int, corpus: str):
         if not 0 <= worker < workers <= MAX_WORKERS:

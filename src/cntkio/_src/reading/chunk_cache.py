@@ -10,6 +10,7 @@ arrays gets a clear error, never wrong data.
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -27,6 +28,7 @@ from cntkio._src.formats.stream_data import sample_width as _width
 from cntkio._src.formats.stream_data import slot_columns as _columns
 from cntkio._src.reading.stats import StageClock
 
+logger = logging.getLogger("cntkio")
 ChunkName = tuple[int, int, int]  # (deserializer number, chunk, sweep)
 Chunk = dict[str, StreamData]  # what get_chunk returns (a ParsedChunk, or a plain dict)
 
@@ -38,6 +40,7 @@ class ChunkLoader(Protocol):
     (``integrations/shared_chunks.py``) parses each chunk once for every worker process."""
 
     splits_chunks: bool
+    reads_here: bool
 
     def load(self, name: ChunkName, parse: Callable[[], Chunk], *, wait: bool = True) -> Chunk | None:
         """The chunk's data; None only with ``wait=False`` when another party is producing it (ask again later)."""
@@ -49,6 +52,7 @@ class ParseHere:
     """Every chunk parsed in this process, by the thread that loads it."""
 
     splits_chunks = True
+    reads_here = True
 
     def load(self, name: ChunkName, parse: Callable[[], Chunk], *, wait: bool = True) -> Chunk | None:
         return parse()
@@ -149,11 +153,30 @@ class ChunkCache:
                 if owner:
                     self._submit((number, slot, sweep), future)
 
+    def fetch_ahead(self, plan: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        """Chunks to load after those prefetched (as :meth:`prefetch` takes them): the bytes of those not loaded
+        start arriving, if they are remote and this process reads them (:meth:`Deserializer.prefetch_chunk`)."""
+        if not self.loader.reads_here:
+            return
+        for number, (slots, sweeps) in enumerate(plan):
+            missing = np.flatnonzero(self._held[number][slots] != sweeps)
+            for slot in slots[missing].tolist():
+                self._hint(number, slot)
+
+    def _hint(self, number: int, slot: int) -> None:
+        deserializer, chunk_id = self.corpus.slot_source(number, slot)[:2]
+        try:
+            deserializer.prefetch_chunk(chunk_id)  # (remote data: its bytes arrive while earlier chunks parse)
+        except Exception as error:  # (a hint: the load reads the chunk and reports what fails)
+            logger.debug("prefetching chunk %d of %s failed: %s", chunk_id, deserializer.source_name, error)
+
     def _submit(self, key: LoadKey, future: Future[None], deferred: bool = False) -> None:
         assert self._executor is not None
         with self._lock:
             self._queued += 1  # loads submitted and not started: they will want a thread of their own
             self._deferred += deferred
+        if not deferred and self.loader.reads_here:
+            self._hint(key[0], key[1])
         self._executor.submit(self._load_into, key, future, True, deferred)
 
     def _claim(self, key: LoadKey) -> tuple[Future[None], bool]:

@@ -36,10 +36,14 @@ class SweepChunks:
         return codes % self.chunks
 
 
+FETCH_AHEAD = 2  # chunks per parse thread whose bytes are fetched ahead of their load (remote data)
+
+
 class ChunkPlanner:
     """Keeps the chunk cache holding what the reads of the current block need, and prefetching what the next
-    blocks need: one parse thread's worth ahead per thread. With a memory budget, the heap pages of dropped chunks are
-    given back to the system now and then (they count against the budget until they are)."""
+    blocks need: one parse thread's worth ahead per thread; the bytes of :data:`FETCH_AHEAD` more chunks per thread
+    start arriving if they are remote (:meth:`ChunkCache.fetch_ahead`). With a memory budget, the heap pages of
+    dropped chunks are given back to the system now and then (they count against the budget until they are)."""
 
     def __init__(self, corpus: Corpus, cache: ChunkCache, budget: BudgetReport | None):
         self.corpus = corpus
@@ -76,17 +80,19 @@ class ChunkPlanner:
         threads = self.cache.threads
         upcoming = [
             codes.encode(sweep, chunks)
-            for sweep, chunks in cursor.upcoming_chunks(1 + max(1, threads), horizon)
+            for sweep, chunks in cursor.upcoming_chunks(1 + (1 + FETCH_AHEAD) * max(1, threads), horizon)
             if last_sweep is None or sweep <= last_sweep
         ]
         window = np.union1d(np.union1d(needed, in_flight), upcoming[0] if upcoming else in_flight)
         reading_on = threads and cursor.position < horizon
         ahead = np.zeros(0, dtype=np.int64)  # the first chunks of the next blocks that are not in the window
+        fetched = ahead  # the chunks after those, whose bytes are fetched ahead
         if reading_on and len(upcoming) > 1:
             later = np.concatenate(upcoming[1:])
             later = later[~np.isin(later, window)]
             _, first = np.unique(later, return_index=True)
-            ahead = later[np.sort(first)[:threads]]
+            later = later[np.sort(first)]
+            ahead, fetched = later[:threads], later[threads : threads * (1 + FETCH_AHEAD)]
         held = np.concatenate([window, ahead])
         self._peak = max(self._peak, len(held))
         self.cache.retain(self._load_plan(np.concatenate([held, self._kept(held, cursor, horizon)])))
@@ -104,6 +110,8 @@ class ChunkPlanner:
             rest = np.setdiff1d(window, np.union1d(needed, in_flight), assume_unique=True)
             rest = rest[np.argsort(cursor.order(cursor.sweep).chunk_rank[codes.table_chunks(rest)], kind="stable")]
             self.cache.prefetch(self._load_plan(np.concatenate([rest, ahead])))
+            if len(fetched):
+                self.cache.fetch_ahead(self._load_plan(fetched))
 
     def _kept(self, held: np.ndarray, cursor: Cursor, horizon: float) -> np.ndarray:
         """Chunks loaded now besides ``held`` (the window and the prefetch) that a later read needs, the soonest
