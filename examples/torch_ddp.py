@@ -59,6 +59,8 @@ def run(rank: int, port: int) -> None:
                 print(f"epoch {epoch}: {steps} steps per rank; rank 0 read {everyone[0]}, rank 1 read {everyone[1]}")
                 print(f"  every sequence once: {sorted(everyone[0] + everyone[1]) == list(range(12))}")
         train.dataset.close()
+        dist.barrier()  # both ranks done with every collective before the group goes
+        del model, optimizer  # (DDP holds the group: released here, not at interpreter exit under gloo's threads)
     finally:
         dist.destroy_process_group()
 
