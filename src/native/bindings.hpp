@@ -44,6 +44,19 @@ nb::object numpy_object(std::vector<T, A>&& values, std::vector<size_t> shape = 
   return nb::cast(to_numpy(std::move(values), std::move(shape)));
 }
 
+// The pieces blob[offsets[i], offsets[i + 1]) as a list of str, UTF-8 with each byte of an invalid sequence a lone
+// surrogate (Python's surrogateescape): paths read from files, given back as Python names them.
+inline nb::list decoded_list(const std::vector<uint8_t>& blob, const std::vector<int64_t>& offsets) {
+  nb::list out;
+  for (size_t i = 0; i + 1 < offsets.size(); ++i) {
+    PyObject* text = PyUnicode_DecodeUTF8(reinterpret_cast<const char*>(blob.data()) + offsets[i],
+                                          static_cast<Py_ssize_t>(offsets[i + 1] - offsets[i]), "surrogateescape");
+    if (text == nullptr) throw nb::python_error();
+    out.append(nb::steal<nb::str>(text));
+  }
+  return out;
+}
+
 // An array argument whose data pointer is kept beyond the cast: taken as it is (no converted copy that
 // would be freed while the pointer is still in use); anything else is a ValueError naming `what`.
 template <class Array>

@@ -150,7 +150,7 @@ nb::tuple kaldi_read(const Vector<int32_t>& fds, const Vector<int32_t>& files, c
 // kaldi_scp's result (cntkio._native.KaldiScp), read-only: the columns as NumPy arrays made once (no copy).
 struct KaldiScp {
   nb::object key_blob, key_offsets;  // uint8, int64 (entries + 1)
-  nb::object paths;                  // [bytes]: distinct paths, first-seen order
+  nb::object paths;                  // [str]: distinct paths, first-seen order (surrogateescape)
   nb::object path_ids;               // int32 (entries)
   nb::object offsets;                // int64 (entries)
   nb::object checked_keys;           // uint8 (entries)
@@ -166,11 +166,7 @@ KaldiScp kaldi_scp(nb::bytes data) {
   KaldiScp out;
   out.key_blob = numpy_object(std::move(r.key_blob));
   out.key_offsets = numpy_object(std::move(r.key_offsets));
-  nb::list paths;
-  for (size_t i = 0; i + 1 < r.path_offsets.size(); ++i)
-    paths.append(nb::bytes(reinterpret_cast<const char*>(r.path_blob.data()) + r.path_offsets[i],
-                           static_cast<size_t>(r.path_offsets[i + 1] - r.path_offsets[i])));
-  out.paths = std::move(paths);
+  out.paths = cntkio::bindings::decoded_list(r.path_blob, r.path_offsets);
   out.path_ids = numpy_object(std::move(r.path_ids));
   out.offsets = numpy_object(std::move(r.offsets));
   out.checked_keys = numpy_object(std::move(r.checked_keys));
@@ -193,7 +189,7 @@ void bind_kaldi(nb::module_& m) {
   nb::class_<KaldiScp>(m, "KaldiScp", "The entries of a Kaldi scp file (kaldi_scp), read-only.")
       .def_ro("key_blob", &KaldiScp::key_blob, "uint8: the keys, back to back")
       .def_ro("key_offsets", &KaldiScp::key_offsets, "int64 (entries + 1): key i is key_blob[key_offsets[i]:key_offsets[i+1]]")
-      .def_ro("paths", &KaldiScp::paths, "distinct paths (bytes), first-seen order")
+      .def_ro("paths", &KaldiScp::paths, "distinct paths (str, undecodable bytes as surrogateescape does), first-seen order")
       .def_ro("path_ids", &KaldiScp::path_ids, "int32: each entry's path in paths")
       .def_ro("offsets", &KaldiScp::offsets, "int64: each entry's byte offset of the matrix's \\0B marker (0: none)")
       .def_ro("checked_keys", &KaldiScp::checked_keys, "uint8: 1 when the entry has an offset ('key ' precedes it)")

@@ -84,13 +84,8 @@ class ScpParser {
     ScpParseResult out;
     out.key_blob = numpy_object(std::move(r.key_blob));
     out.key_offsets = numpy_object(std::move(r.key_offsets));
-    nb::list paths;
-    for (size_t i = 0; i + 1 < r.path_offsets.size(); ++i) {
-      const int64_t b = r.path_offsets[i], e = r.path_offsets[i + 1];
-      paths.append(decode(reinterpret_cast<const char*>(r.path_blob.data()) + b, static_cast<size_t>(e - b)));
-    }
+    out.paths = cntkio::bindings::decoded_list(r.path_blob, r.path_offsets);
     std::vector<uint8_t>().swap(r.path_blob);
-    out.paths = std::move(paths);
     out.path_ids = numpy_object(std::move(r.path_ids));
     out.starts = numpy_object(std::move(r.starts));
     out.ends = numpy_object(std::move(r.ends));

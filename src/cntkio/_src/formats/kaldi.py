@@ -218,7 +218,7 @@ class KaldiDeserializer(FeatureStreamOptions):
         scp = _native.kaldi_scp(data)
         for why, number, offset in zip(scp.problems.tolist(), scp.problem_lines.tolist(), scp.problem_offsets.tolist()):
             self._scp_problem(path, data, why, number, offset)
-        paths = [p.decode("utf-8", "surrogateescape") for p in scp.paths]
+        paths = scp.paths
         if self.prefix_path:
             paths = [os.path.join(self.prefix_path, p) for p in paths]
         keys = TextKeys(scp.key_blob, scp.key_offsets)
