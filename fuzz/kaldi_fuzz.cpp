@@ -1,5 +1,6 @@
 // Fuzz target of the Kaldi matrix reader (libFuzzer entry point): the input, in a memfd, is read as a binary
-// Kaldi archive, its matrices found as the deserializer scans one (key, space, header, data skipped by its size).
+// Kaldi archive, its matrices found as the deserializer scans one (key, space, header, data skipped by its size):
+// scan_archive finds the keys, offsets and stop (where and why) of a plain model scan, for short and long keys.
 // Parsing a header never crashes; every matrix found whole inside the file decodes, the same as float32 and as
 // float64 (the float64 values rounded are the float32 ones), with a context window whose centre block is the frame;
 // a matrix running past the end, or indexed with another kind or row count, is a BadMatrix error naming it, at an
@@ -23,10 +24,54 @@ constexpr int64_t kMaxValues = int64_t{1} << 18;  // larger matrices are only pa
 
 bool same(float a, double b) { return std::isnan(a) ? std::isnan(b) : static_cast<float>(b) == a; }
 
+// The archive scanned one matrix after the other, from memory: what scan_archive must find.
+ArchiveScan model_scan(const uint8_t* data, int64_t size, size_t max_key) {
+  ArchiveScan f;
+  for (int64_t position = 0; position < size;) {
+    int64_t space = position;
+    while (space < size && space - position <= static_cast<int64_t>(max_key) && data[space] != ' ') ++space;
+    bool key = space < size && data[space] == ' ' && space > position &&
+               space - position <= static_cast<int64_t>(max_key);
+    for (int64_t i = position; key && i < space; ++i)
+      key = data[i] != 0 && data[i] != '\n' && data[i] != '\t' && data[i] != '\r';
+    if (!key) {
+      f.stop = ArchiveScan::kNoKey;
+      f.stop_offset = position;
+      break;
+    }
+    const int64_t offset = space + 1;
+    Header h;
+    try {
+      h = parse_header(data + offset, static_cast<size_t>(std::min<int64_t>(size - offset, kMaxHeaderBytes)));
+    } catch (const BadHeader&) {
+      f.stop = ArchiveScan::kBadHeader;
+      f.stop_offset = offset;
+      break;
+    }
+    f.key_blob.insert(f.key_blob.end(), data + position, data + space);
+    f.key_offsets.push_back(static_cast<int64_t>(f.key_blob.size()));
+    f.offsets.push_back(offset);
+    if (h.data_bytes > size - offset - h.header_bytes) break;
+    position = offset + h.header_bytes + h.data_bytes;
+  }
+  return f;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int64_t file_size = static_cast<int64_t>(size);
+  if (size > 0) {
+    const int scanned = memory_file("kaldi-scan", data, size);
+    if (scanned >= 0) {
+      for (size_t max_key : {size_t{8}, size_t{300}}) {
+        const ArchiveScan got = scan_archive(scanned, file_size, max_key), want = model_scan(data, file_size, max_key);
+        check(got.key_blob == want.key_blob && got.key_offsets == want.key_offsets && got.offsets == want.offsets);
+        check(got.stop == want.stop && got.stop_offset == want.stop_offset);
+      }
+      close(scanned);
+    }
+  }
   std::vector<Matrix> whole, past_end;
   int64_t cols = -1;
   for (int64_t position = 0; position < file_size;) {

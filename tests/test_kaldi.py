@@ -123,6 +123,16 @@ def test_an_archive_is_read_directly_as_its_scp_reads_it(tmp_path: Path) -> None
     assert_same(read_all(direct), read_all(deserializer(scp)))
 
 
+def test_an_archive_read_directly_with_keys_short_and_long(tmp_path: Path) -> None:
+    utterances = {("k" * n if n else "x"): frames_of(i, 3 + i) for i, n in enumerate([1, 250, 600, 4096, 2])}
+    ark = tmp_path / "long.ark"
+    kaldiio.save_ark(str(ark), utterances)
+    assert_same(read_all(deserializer(ark)), {k: v.astype(np.float32) for k, v in utterances.items()})
+    kaldiio.save_ark(str(ark), {**utterances, "y" * 4097: frames_of(9, 2)})  # longer than a key may be: no key
+    with pytest.raises(FormatError, match="no 'key ' where a matrix"):
+        deserializer(ark)
+
+
 def test_several_scp_files_a_single_matrix_file_and_prefix_path(tmp_path: Path) -> None:
     first = write(tmp_path, make_utterances(3), name="a")
     kaldiio.save_mat(str(tmp_path / "one.mat"), frames_of(77, 4))

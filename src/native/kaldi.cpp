@@ -198,6 +198,48 @@ Header read_header_at(int fd, int64_t offset, const std::string& key_prefix) {
   return parse_header(block.data() + prefix, static_cast<size_t>(got - prefix));
 }
 
+ArchiveScan scan_archive(int fd, int64_t size, size_t max_key_bytes) {
+  ArchiveScan out;
+  std::vector<uint8_t> block(max_key_bytes + 1 + kMaxHeaderBytes);
+  const size_t first_read = std::min<size_t>(block.size(), 256);  // (a short key and the header: read more only if not)
+  for (int64_t position = 0; position < size;) {
+    size_t n = static_cast<size_t>(
+        read_some(fd, position, static_cast<int64_t>(first_read), reinterpret_cast<char*>(block.data())));
+    size_t space = 0;
+    while (space < n && space <= max_key_bytes && block[space] != ' ') ++space;
+    if (n == first_read && (space == n || n - space - 1 < kMaxHeaderBytes) && n < block.size()) {
+      n = static_cast<size_t>(
+          read_some(fd, position, static_cast<int64_t>(block.size()), reinterpret_cast<char*>(block.data())));
+      while (space < n && space <= max_key_bytes && block[space] != ' ') ++space;
+    }
+    bool key = space > 0 && space < n && space <= max_key_bytes;
+    for (size_t i = 0; key && i < space; ++i) key = block[i] != 0 && block[i] != '\n' && block[i] != '\t' && block[i] != '\r';
+    if (!key) {
+      out.stop = ArchiveScan::kNoKey;
+      out.stop_offset = position;
+      out.stop_detail.assign(reinterpret_cast<const char*>(block.data()), std::min<size_t>(n, 40));
+      break;
+    }
+    const int64_t offset = position + static_cast<int64_t>(space) + 1;
+    Header h;
+    try {
+      h = parse_header(block.data() + space + 1, n - space - 1);
+    } catch (const BadHeader& e) {
+      out.stop = ArchiveScan::kBadHeader;
+      out.stop_offset = offset;
+      out.stop_key.assign(reinterpret_cast<const char*>(block.data()), space);
+      out.stop_detail = e.what();
+      break;
+    }
+    out.key_blob.insert(out.key_blob.end(), block.begin(), block.begin() + static_cast<std::ptrdiff_t>(space));
+    out.key_offsets.push_back(static_cast<int64_t>(out.key_blob.size()));
+    out.offsets.push_back(offset);
+    if (h.data_bytes > size - offset - h.header_bytes) break;  // (the last matrix runs past the end: its read says so)
+    position = offset + h.header_bytes + h.data_bytes;
+  }
+  return out;
+}
+
 namespace {
 
 int64_t header_bytes_of(int32_t kind) {

@@ -1,7 +1,7 @@
 // Kaldi binary matrices: the header of one matrix ("\0B" marker, type token FM / DM / CM / CM2 / CM3, dimensions)
 // parsed from bytes, and the matrices of a chunk of utterances read with pread and decoded (float32 as stored,
 // float64 converted, compressed matrices decompressed with kaldiio's float32 arithmetic), then expanded by a
-// context window. Scp files are parsed by kaldi_scp.hpp; archive scanning and the index stay in Python.
+// context window; archives read directly are scanned for their matrices. Scp files are parsed by kaldi_scp.hpp.
 // Kaldi writes binary matrices little-endian; so does every host cntkio builds on (checked below).
 #pragma once
 
@@ -40,6 +40,23 @@ Header parse_header(const uint8_t* bytes, size_t size);
 // The header of the matrix whose "\0B" marker is at `offset` of the open file `fd`, read with pread, checked to
 // follow `key_prefix` (the scp file's "key ", empty: not checked). Throws BadHeader (a key mismatch too).
 Header read_header_at(int fd, int64_t offset, const std::string& key_prefix);
+
+// The matrices of an archive read directly, found one after the other ("key " + header, the data skipped by its
+// size): each key and the offset of its "\0B" marker. A broken matrix ends the scan (the size of what follows is
+// unknown): `stop` says where and why (the matrices before it are kept).
+struct ArchiveScan {
+  std::vector<uint8_t> key_blob;        // key i is key_blob[key_offsets[i], key_offsets[i + 1])
+  std::vector<int64_t> key_offsets{0};  // (matrices + 1)
+  std::vector<int64_t> offsets;         // (matrices) of the "\0B" marker
+  enum Stop : int32_t { kEnd = 0, kNoKey = 1, kBadHeader = 2 } stop = kEnd;
+  int64_t stop_offset = -1;  // kNoKey: where a "key " was expected; kBadHeader: the header's offset
+  std::string stop_key;      // kBadHeader: the matrix's key
+  std::string stop_detail;   // kNoKey: up to 40 bytes found there; kBadHeader: why the header cannot be read
+};
+
+// Scans the archive open as `fd` (`size` bytes); keys longer than `max_key_bytes`, or holding NUL, '\n', '\t' or
+// '\r', are no key. Throws std::runtime_error on an I/O error.
+ArchiveScan scan_archive(int fd, int64_t size, size_t max_key_bytes);
 
 struct Matrix {       // one utterance's matrix: the file it is in and where its "\0B" marker is
   int32_t file = 0;   // index into the descriptors

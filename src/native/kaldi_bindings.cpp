@@ -147,6 +147,37 @@ nb::tuple kaldi_read(const Vector<int32_t>& fds, const Vector<int32_t>& files, c
   }
 }
 
+// kaldi_scan's result (cntkio._native.KaldiScan), read-only.
+struct KaldiScan {
+  nb::object key_blob, key_offsets, offsets;  // uint8, int64 (matrices + 1), int64 (matrices)
+  int32_t stop = 0;                           // 0 the end, 1 no key, 2 a broken header
+  int64_t stop_offset = -1;
+  nb::bytes stop_key, stop_detail;
+};
+
+KaldiScan kaldi_scan(int fd, int64_t size, int64_t max_key_bytes) {
+  if (fd < 0) throw nb::value_error("invalid file descriptor");
+  if (size < 0 || max_key_bytes < 1 || max_key_bytes > (1 << 20))
+    throw nb::value_error("size must be >= 0 and max_key_bytes in [1, 2**20]");
+  cntkio::kaldi::ArchiveScan r;
+  try {
+    nb::gil_scoped_release release;
+    r = cntkio::kaldi::scan_archive(fd, size, static_cast<size_t>(max_key_bytes));
+  } catch (const std::runtime_error& e) {  // an I/O error
+    PyErr_SetString(PyExc_OSError, e.what());
+    throw nb::python_error();
+  }
+  KaldiScan out;
+  out.key_blob = numpy_object(std::move(r.key_blob));
+  out.key_offsets = numpy_object(std::move(r.key_offsets));
+  out.offsets = numpy_object(std::move(r.offsets));
+  out.stop = r.stop;
+  out.stop_offset = r.stop_offset;
+  out.stop_key = nb::bytes(r.stop_key.data(), r.stop_key.size());
+  out.stop_detail = nb::bytes(r.stop_detail.data(), r.stop_detail.size());
+  return out;
+}
+
 // kaldi_scp's result (cntkio._native.KaldiScp), read-only: the columns as NumPy arrays made once (no copy).
 struct KaldiScp {
   nb::object key_blob, key_offsets;  // uint8, int64 (entries + 1)
@@ -197,6 +228,18 @@ void bind_kaldi(nb::module_& m) {
               "3 a row/column range, 4 an offset not below 2**63 (the parse stops at the others)")
       .def_ro("problem_lines", &KaldiScp::problem_lines, "int64: the 1-based line of each problem")
       .def_ro("problem_offsets", &KaldiScp::problem_offsets, "int64: the byte offset of each problem's line");
+  nb::class_<KaldiScan>(m, "KaldiScan", "The matrices of an archive read directly (kaldi_scan), read-only.")
+      .def_ro("key_blob", &KaldiScan::key_blob, "uint8: the keys, back to back")
+      .def_ro("key_offsets", &KaldiScan::key_offsets, "int64 (matrices + 1)")
+      .def_ro("offsets", &KaldiScan::offsets, "int64: each matrix's \\0B marker")
+      .def_ro("stop", &KaldiScan::stop, "why the scan ended: 0 the end of the archive, 1 no 'key ' where a matrix "
+              "starts, 2 a header that cannot be read")
+      .def_ro("stop_offset", &KaldiScan::stop_offset, "1: where the key was expected; 2: the header's offset")
+      .def_ro("stop_key", &KaldiScan::stop_key, "2: the broken matrix's key")
+      .def_ro("stop_detail", &KaldiScan::stop_detail, "1: up to 40 bytes found there; 2: why (UTF-8)");
+  m.def("kaldi_scan", &kaldi_scan, "fd"_a, "size"_a, "max_key_bytes"_a,
+        "The matrices of the Kaldi archive open as fd, found one after the other (each header read, the data "
+        "skipped by its size; GIL released): a KaldiScan. OSError on an I/O error.");
   m.def("kaldi_scp", &kaldi_scp, "data"_a,
         "The entries of a Kaldi scp file ('key path:offset' or 'key path' lines) from its bytes (GIL released): a "
         "KaldiScp of columns, and the lines that are not entries.");

@@ -52,9 +52,8 @@ logger = logging.getLogger("cntkio")
 
 KINDS = ("FM", "DM", "CM", "CM2", "CM3")  # the native kind codes' names
 _NO_TARGET, _PIPE, _ROW_RANGE = 1, 2, 3  # why a line of an scp file is not an entry (kaldi_scp.hpp)
-HEADER_BYTES = 22  # the longest matrix header (kaldi.hpp: kMaxHeaderBytes)
+_NO_KEY, _BAD_HEADER = 1, 2  # why the scan of an archive read directly ended early (kaldi.hpp: ArchiveScan)
 MAX_KEY_BYTES = 4096  # a key longer than this in an archive scanned directly is refused
-SCAN_BLOCK = 1 << 16
 
 
 class _Entries:
@@ -244,37 +243,23 @@ class KaldiDeserializer(FeatureStreamOptions):
         self._bad(where(sequence_key=key), f"offset {tail} of '{archive}' is not below 2**63")
 
     def _scan_archive(self, path: str, entries: _Entries) -> None:
-        """Adds the matrices of an archive read directly: each header read, each data skipped by its size. A
-        broken header ends the scan (its size is unknown): the matrix is reported, those before it are kept."""
+        """Adds the matrices of an archive read directly, scanned natively (each header read, each data skipped by
+        its size). A broken header ends the scan (what follows cannot be found): the matrix is reported, those
+        before it are kept."""
         data_file = DataFile(path, "Kaldi archive")
-        keys: list[str] = []
-        offsets: list[int] = []
         try:
-            size = data_file.size
-            position = 0
-            while position < size:
-                block = os.pread(data_file.fd, MAX_KEY_BYTES + 1 + HEADER_BYTES, position)
-                space = block.find(b" ")
-                key_bytes = block[: max(space, 0)]
-                if space <= 0 or any(c in key_bytes for c in b"\0\n\t\r"):
-                    shown = block[:40].decode("utf-8", "backslashreplace")
-                    reason = f"no 'key ' where a matrix of the archive starts (found {shown!r})"
-                    self._bad_at(path, position, None, reason)
-                    break
-                key = key_bytes.decode("utf-8", "surrogateescape")
-                offset = position + space + 1
-                try:
-                    *_, header_bytes, data_bytes = _native.kaldi_header(block[space + 1 :])
-                except ValueError as error:
-                    self._bad_at(path, offset, key, str(error))
-                    break
-                keys.append(key)
-                offsets.append(offset)
-                position = offset + header_bytes + data_bytes
+            scan = _native.kaldi_scan(data_file.fd, data_file.size, MAX_KEY_BYTES)
         finally:
             data_file.close()
-        ids = np.zeros(len(keys), dtype=np.int64)  # (one path; no key checked: the scan found each before its matrix)
-        entries.extend(TextKeys.from_strings(keys), [path], ids, np.array(offsets, dtype=np.int64), ids != 0)
+        if scan.stop == _NO_KEY:
+            shown = scan.stop_detail.decode("utf-8", "backslashreplace")
+            reason = f"no 'key ' where a matrix of the archive starts (found {shown!r})"
+            self._bad_at(path, scan.stop_offset, None, reason)
+        elif scan.stop == _BAD_HEADER:
+            key = scan.stop_key.decode("utf-8", "surrogateescape")
+            self._bad_at(path, scan.stop_offset, key, scan.stop_detail.decode("utf-8", "replace"))
+        ids = np.zeros(len(scan.offsets), dtype=np.int64)  # (one path; no key checked: each was read before its matrix)
+        entries.extend(TextKeys(scan.key_blob, scan.key_offsets), [path], ids, scan.offsets, ids != 0)
         self._scp_fingerprint.append(_file_fingerprint(path))
 
     def _bad_at(self, path: str, offset: int, key: str | None, reason: str) -> None:
