@@ -27,7 +27,8 @@ class RangeServer:
     """Serves the files under ``root`` at ``url`` (``http://127.0.0.1:<port>/``): HEAD and GET with one byte range
     (206), an ETag of the file's inode, size and modification time, Last-Modified. ``bytes_sent``, ``gets`` and
     ``heads`` count what it served; :meth:`fail` makes the next requests fail (status 503, or the connection
-    closed with ``drop``). ``latency`` (seconds before each answer) and ``rate`` (bytes per second of each
+    closed with ``drop``); :meth:`hold_range` and :meth:`fail_range` act on the GETs of one range start only.
+    ``latency`` (seconds before each answer) and ``rate`` (bytes per second of each
     response) make loopback behave like a network link to a store (benchmarks)."""
 
     def __init__(self, root: str, *, latency: float = 0.0, rate: float | None = None):
@@ -39,6 +40,9 @@ class RangeServer:
         self.heads = 0
         self._failures = 0
         self._drop = False
+        self._gates: dict[int, threading.Event] = {}  # range start -> what its GETs wait for
+        self._range_failures: dict[int, int] = {}  # range start -> GETs of it still to answer 503
+        self.ranges: list[int] = []  # the start of every ranged GET, in order
         self._lock = threading.Lock()
         self.server = _Server(("127.0.0.1", 0), _handler(self))
         self.server.daemon_threads = True
@@ -50,6 +54,23 @@ class RangeServer:
         """The next ``requests`` requests fail: a 503 response, or (``drop``) a connection closed unanswered."""
         with self._lock:
             self._failures, self._drop = requests, drop
+
+    def hold_range(self, start: int, gate: threading.Event) -> None:
+        """GETs of a range starting at ``start`` wait for ``gate`` before they are answered."""
+        with self._lock:
+            self._gates[start] = gate
+
+    def fail_range(self, start: int, requests: int = 1) -> None:
+        """The next ``requests`` GETs of a range starting at ``start`` are answered 503 (after any hold)."""
+        with self._lock:
+            self._range_failures[start] = requests
+
+    def clear_ranges(self) -> None:
+        """Ends every :meth:`hold_range` (what waits is let go) and :meth:`fail_range`."""
+        with self._lock:
+            gates, self._gates, self._range_failures = list(self._gates.values()), {}, {}
+        for gate in gates:
+            gate.set()
 
     def reset_counts(self) -> None:
         with self._lock:
@@ -90,6 +111,21 @@ def _handler(owner: RangeServer) -> type[BaseHTTPRequestHandler]:
             self.send_header("Accept-Ranges", "bytes")
 
         def _refuse(self) -> bool:
+            match = _RANGE.match(self.headers.get("Range", "")) if self.command == "GET" else None
+            if match:
+                start = int(match.group(1))
+                with owner._lock:
+                    owner.ranges.append(start)
+                    gate = owner._gates.get(start)
+                    fails = owner._range_failures.get(start, 0)
+                    owner._range_failures[start] = max(0, fails - 1)
+                if gate is not None:
+                    gate.wait()
+                if fails:
+                    self.send_response(503)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return True
             failure = owner.take_failure()
             if failure == "drop":
                 self.close_connection = True

@@ -614,3 +614,98 @@ def test_closing_with_fetches_ahead_queued_or_running_writes_nothing_afterwards(
         assert staging_fd >= 0
     finally:
         remote.configure(part_bytes=8 << 20)
+
+
+def _wait_until(condition: Any, seconds: float = 20.0) -> None:
+    import time
+
+    end = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.005)
+
+
+@pytest.mark.parametrize("first_fails", [True, False])
+def test_a_fetch_ahead_overlapping_another_that_fails_or_is_taken_over_never_reads_a_hole(
+    served: tuple[RangeServer, Path], first_fails: bool
+) -> None:
+    # The second fetch ahead counted on the first for their shared bytes; the first failed (or a read took it over
+    # before it started), and the second became ready over bytes never written: the read returned zeros.
+    server, root = served
+    k = 1 << 16
+    data = (bytes(range(1, 256)) * 4200)[: 16 * k]  # (no zero byte: a hole reads as zeros)
+    name = f"overlap-{first_fails}.bin"
+    (root / name).write_bytes(data)
+    remote.configure(part_bytes=k)
+    gate = threading.Event()
+    try:
+        file = cntkio._src.formats.data_file.open_data_file(server.url + name, "test data")
+        if first_fails:
+            server.hold_range(k, gate)
+            server.fail_range(k)
+            mark = len(server.ranges)
+            file.prefetch([(0, 2 * k)])  # its second part held, then answered 503
+            _wait_until(lambda: k in server.ranges[mark:])
+            file.prefetch([(k, 3 * k)])
+            gate.set()
+            _wait_for_fetches_ahead()
+        else:
+            from cntkio._src.formats import remote as implementation
+
+            pool = implementation._fetcher()
+            blockers = [pool.submit(gate.wait) for _ in range(remote.settings().concurrency)]
+            file.prefetch([(0, 2 * k)])  # queued
+            file.prefetch([(k, 3 * k)])  # queued
+            assert file.read_ranges([(0, k)]) == [data[:k]]  # takes the first over before it starts
+            gate.set()
+            for blocker in blockers:
+                blocker.result()
+            _wait_for_fetches_ahead()
+        assert file.read_ranges([(k, 3 * k)]) == [data[k : 3 * k]]
+        file.close()
+    finally:
+        gate.set()
+        server.clear_ranges()
+        remote.configure(part_bytes=8 << 20)
+
+
+def test_a_prefetch_during_a_read_of_the_same_bytes_fetches_nothing_and_holds_nothing_after(
+    served: tuple[RangeServer, Path],
+) -> None:
+    server, root = served
+    data = bytes(range(1, 256)) * 400
+    (root / "during.bin").write_bytes(data)
+    file = cntkio._src.formats.data_file.open_data_file(server.url + "during.bin", "test data")
+    gate = threading.Event()
+    server.hold_range(0, gate)
+    mark = len(server.ranges)
+    try:
+        reader = threading.Thread(target=lambda: file.read_ranges([(0, 4096)]))
+        reader.start()
+        _wait_until(lambda: 0 in server.ranges[mark:])  # the read's GET is being answered
+        file.prefetch([(0, 4096)])  # the read holds those bytes: nothing to fetch ahead
+        gate.set()
+        reader.join()
+        _wait_for_fetches_ahead()
+    finally:
+        server.clear_ranges()
+    assert server.ranges[mark:].count(0) == 1
+    assert os.fstat(file.fd).st_blocks == 0  # every byte released once no read holds it
+    file.close()
+
+
+def test_chunks_fetched_ahead_and_never_read_are_released_when_the_source_closes(
+    served: tuple[RangeServer, Path],
+) -> None:
+    server, root = served
+    write_ctf(root / "unread.ctf", 6000, seed=12)
+    reader = CTFDeserializer(server.url + "unread.ctf", STREAMS, chunk_size_in_bytes=8 << 10, cache_index=True)
+    source = MinibatchSource(reader, randomization_window_in_chunks=3, max_sweeps=1)
+    contents(source, limit=3)  # stopped early: chunks were fetched ahead for reads that will not come
+    _wait_for_fetches_ahead()
+    staging = reader.data_file.fd
+    assert os.fstat(staging).st_blocks > 0
+    source.close()
+    _wait_for_fetches_ahead()
+    assert os.fstat(staging).st_blocks == 0
+    reader.close()

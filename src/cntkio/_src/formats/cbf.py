@@ -159,6 +159,9 @@ class CBFDeserializer(Sharded, FileBacked, IndexedDeserializer):
         """The chunk's bytes start arriving if they are remote (:meth:`Deserializer.prefetch_chunk`)."""
         self.data_file.prefetch([self._chunk_bytes(chunk_id)])
 
+    def cancel_prefetch(self, chunk_id: int) -> None:
+        self.data_file.cancel_prefetch([self._chunk_bytes(chunk_id)])
+
     def _chunk_bytes(self, chunk_id: int) -> tuple[int, int]:
         return int(self._chunk_offsets[chunk_id]), int(self._chunk_offsets[chunk_id + 1])
 

@@ -442,6 +442,9 @@ class CTFDeserializer(Sharded, FileBacked, IndexedDeserializer):
         """The chunk's bytes start arriving if they are remote (:meth:`Deserializer.prefetch_chunk`)."""
         self.data_file.prefetch([self.chunk_bytes(chunk_id)])
 
+    def cancel_prefetch(self, chunk_id: int) -> None:
+        self.data_file.cancel_prefetch([self.chunk_bytes(chunk_id)])
+
     def chunk_bytes(self, chunk_id: int) -> tuple[int, int]:
         """The byte range ``[start, end)`` of a chunk's sequences in the file (for ``cntkio inspect``)."""
         a, b = self._chunk_range(chunk_id)

@@ -228,6 +228,10 @@ class DataFile:
         object starts fetching them, :class:`RemoteDataFile`)."""
         del ranges
 
+    def cancel_prefetch(self, ranges: Sequence[tuple[int, int]]) -> None:
+        """The read :meth:`prefetch` announced will not come (what a remote object fetched for it is released)."""
+        del ranges
+
     def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         """The bytes of each range ``[start, end)`` (fewer at the end of the file)."""
         self.require_open()
@@ -298,6 +302,10 @@ class RemoteDataFile(DataFile):
     def prefetch(self, ranges: Sequence[tuple[int, int]]) -> None:
         if not self._closed:
             self.object.prefetch(list(ranges))
+
+    def cancel_prefetch(self, ranges: Sequence[tuple[int, int]]) -> None:
+        if not self._closed:
+            self.object.cancel_prefetch(list(ranges))
 
     def check_unchanged(self, since: str) -> None:
         self.require_open()

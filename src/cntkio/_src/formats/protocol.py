@@ -220,6 +220,11 @@ class Deserializer(abc.ABC):
         start fetching its bytes (so parse threads parse while the next chunks arrive); nothing by default."""
         return None
 
+    def cancel_prefetch(self, chunk_id: int) -> None:
+        """The hint :meth:`prefetch_chunk` gave is withdrawn (the reader dropped the chunk from its plan, or
+        closed): what was fetched for it is let go. Nothing by default."""
+        return None
+
     def sequence_index(self) -> SequenceIndex:
         """Every sequence's length and key, chunk after chunk, as columns (built once, then cached).
 

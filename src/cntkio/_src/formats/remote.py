@@ -179,12 +179,14 @@ _counts = [0, 0, 0, 0, 0]
 _counts_lock = threading.Lock()
 
 
-def _reset_counts_lock() -> None:  # (a forked child: the lock may have been held by another thread)
-    global _counts_lock
+def _reset_counts_lock() -> None:  # (a forked child: the locks may have been held by another thread)
+    global _counts_lock, _fetcher_lock
     _counts_lock = threading.Lock()
+    _fetcher_lock = threading.Lock()
 
 
 _parent_loop: Any = None  # fsspec's event loop, seen just before a fork
+_INHERITED: list[Any] = []  # in a forked child: the parent's filesystems the child's remote objects replaced
 
 
 def _note_loop() -> None:
@@ -361,6 +363,7 @@ class RemoteObject:
         """The fsspec filesystem, made again in a forked child (an async filesystem's event loop and connections
         belong to the process that made them)."""
         if self._fs_pid != os.getpid():
+            _INHERITED.append(self._fs)  # (never collected here: closing it would write on the parent's sockets)
             self._fs, _ = filesystem(self.url)
             self._fs_pid = os.getpid()
         return self._fs
@@ -436,12 +439,26 @@ class RemoteObject:
             return
         staging = self._stage_file()
         spans = _merged([(max(0, int(a)), min(self.size, int(b))) for a, b in ranges])
-        parts = _parts(self, staging, staging.missing(spans, ahead=True))
-        if parts:
-            token = staging.hold_ahead(spans, len(parts))
-            pool = _fetcher()
-            for part in parts:
-                pool.submit(_fetch_ahead, part, token)
+        held = staging.hold_ahead(spans, _SETTINGS.part_bytes)
+        if held is None:
+            return
+        token, pieces = held
+        parts = _parts(self, staging, pieces)
+        for i, part in enumerate(parts):
+            try:
+                _fetcher().submit(_fetch_ahead, part, token)
+            except RuntimeError:  # (the pool was replaced meanwhile, or the interpreter is exiting: not fetched)
+                for _ in parts[i:]:
+                    staging.end_ahead_part(token, False)
+                break
+
+    def cancel_prefetch(self, ranges: list[tuple[int, int]]) -> None:
+        """The read :meth:`prefetch` announced for ``ranges`` will not come: what was fetched ahead within them is
+        released, what is queued is not fetched."""
+        with self._guard():
+            staging = self._staging if self._staging is not None and self._staging.pid == os.getpid() else None
+        if staging is not None:
+            staging.drop_ahead(_merged([(max(0, int(a)), min(self.size, int(b))) for a, b in ranges]))
 
     def close(self) -> None:
         with self._guard():
@@ -478,12 +495,18 @@ class _Staging:
             self._held[token] = (self._held[token][0], True)
 
     # --- ranges fetched ahead of their read (RemoteObject.prefetch) --------------------------------------------
-    def hold_ahead(self, spans: list[tuple[int, int]], parts: int) -> int:
-        """Holds ``spans`` for a fetch ahead of their read in ``parts`` parts, queued: its token."""
-        token = self.hold(spans)
+    def hold_ahead(self, spans: list[tuple[int, int]], step: int) -> tuple[int, list[tuple[int, int]]] | None:
+        """Holds the pieces of ``spans`` no other range holds (ready, being fetched, or being read) for a fetch ahead
+        of their read in parts of ``step`` bytes: (its token, the pieces), or None when every byte is held."""
         with self._lock:
-            self._ahead[token] = _Ahead(parts)
-        return token
+            others = [s for spans_, _ in self._held.values() for s in spans_]
+            pieces = [piece for span in spans for piece in _subtract(span, others)]
+            if not pieces:
+                return None
+            self._next += 1
+            self._held[self._next] = (pieces, False)
+            self._ahead[self._next] = _Ahead(sum(-(-(b - a) // step) for a, b in pieces))
+            return self._next, pieces
 
     def start_ahead(self, token: int) -> bool:
         """Whether a part of the fetch ahead ``token`` is to run (False: a read took it over, the file closed, or
@@ -506,9 +529,10 @@ class _Staging:
             ahead.failed |= not fetched
             if ahead.left:
                 return
-            if ahead.failed:
+            dropped = ahead.failed or ahead.cancelled  # (cancelled while running: its read will not come)
+            if dropped:
                 del self._ahead[token]
-        if ahead.failed:
+        if dropped:
             self.release(token)
         else:
             self.mark_ready(token)
@@ -532,6 +556,27 @@ class _Staging:
         for done in running:
             done.wait()
 
+    def drop_ahead(self, spans: list[tuple[int, int]]) -> None:
+        """The fetches ahead lying within ``spans`` will not be read (the reader dropped their chunk): those queued
+        never run, those running are let go when they end, those fetched are released."""
+        fetched = []
+        with self._lock:
+            for token, ahead in list(self._ahead.items()):
+                if any(_subtract(span, spans) for span in self._held[token][0]):
+                    continue
+                if ahead.done.is_set():
+                    del self._ahead[token]
+                    fetched.append(token)
+                elif ahead.started:
+                    ahead.cancelled = True
+                else:
+                    ahead.cancelled = True
+                    del self._ahead[token]
+                    del self._held[token]  # (nothing was fetched into them)
+                    ahead.done.set()
+        for token in fetched:
+            self.release(token)
+
     def adopt_ahead(self, spans: list[tuple[int, int]]) -> None:
         """After a read of ``spans``: the fetches ahead it read (lying within them) are let go."""
         with self._lock:
@@ -549,11 +594,10 @@ class _Staging:
         with self._lock:
             return self._held[token][0]
 
-    def missing(self, spans: list[tuple[int, int]], *, ahead: bool = False) -> list[tuple[int, int]]:
-        """The pieces of ``spans`` no ready range holds (``ahead``: nor a fetch ahead, ready or not)."""
+    def missing(self, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """The pieces of ``spans`` no ready range holds."""
         with self._lock:
-            covered = [token for token, (_, done) in self._held.items() if done or (ahead and token in self._ahead)]
-            ready = [s for token in covered for s in self._held[token][0]]
+            ready = [s for spans_, done in self._held.values() if done for s in spans_]
         return [piece for span in spans for piece in _subtract(span, ready)]
 
     def write(self, offset: int, data: bytes) -> None:
@@ -566,7 +610,7 @@ class _Staging:
         with self._lock:
             spans, _ = self._held.pop(token)
             others = [s for spans_, _ in self._held.values() for s in spans_]
-            free = [piece for span in spans for piece in _subtract(span, others)]
+            free = [self._whole_blocks(piece, others) for span in spans for piece in _subtract(span, others)]
             if self.fd >= 0 and self.punch:
                 for a, b in free:
                     try:
@@ -575,6 +619,17 @@ class _Staging:
                         logger.warning("staging file in %s: %s; its space is kept until it closes", _where(), error)
                         self.punch = False
                         break
+
+    def _whole_blocks(self, piece: tuple[int, int], others: list[tuple[int, int]]) -> tuple[int, int]:
+        """``piece`` widened to whole blocks of the staging file where no range of ``others`` lies in the widening
+        (a hole punched in part of a block zeroes it but keeps it allocated)."""
+        a, b = piece
+        start, end = a - a % STAGING_BLOCK, -(-b // STAGING_BLOCK) * STAGING_BLOCK  # (past the end: the last block)
+        if start < a and _overlap([(start, a)], others):
+            start = a
+        if end > b and _overlap([(b, end)], others):
+            end = b
+        return start, end
 
     def close(self) -> None:
         with self._lock:  # fetches ahead: those queued never run, those running are waited for (they write to fd)
@@ -654,19 +709,21 @@ def _fetch_ahead(part: _Part, token: int) -> None:
 
 
 _FETCHER: tuple[tuple[int, int], concurrent.futures.ThreadPoolExecutor] | None = None
+_fetcher_lock = threading.Lock()
 
 
 def _fetcher() -> concurrent.futures.ThreadPoolExecutor:
     """This process's fetch threads, ``concurrency`` of them (a forked child makes its own; a new setting, new
     threads, the old ones ending once their queued parts are done)."""
     global _FETCHER
-    owner = (os.getpid(), _SETTINGS.concurrency)
-    if _FETCHER is None or _FETCHER[0] != owner:
-        if _FETCHER is not None and _FETCHER[0][0] == owner[0]:
-            _FETCHER[1].shutdown(wait=False)
-        pool = concurrent.futures.ThreadPoolExecutor(_SETTINGS.concurrency, thread_name_prefix="cntkio-fetch")
-        _FETCHER = (owner, pool)
-    return _FETCHER[1]
+    with _fetcher_lock:
+        owner = (os.getpid(), _SETTINGS.concurrency)
+        if _FETCHER is None or _FETCHER[0] != owner:
+            if _FETCHER is not None and _FETCHER[0][0] == owner[0]:
+                _FETCHER[1].shutdown(wait=False)
+            pool = concurrent.futures.ThreadPoolExecutor(_SETTINGS.concurrency, thread_name_prefix="cntkio-fetch")
+            _FETCHER = (owner, pool)
+        return _FETCHER[1]
 
 
 def _overlap(spans: list[tuple[int, int]], others: list[tuple[int, int]]) -> bool:
@@ -739,6 +796,7 @@ def _fetch_parts(parts: list[_Part]) -> None:
         pending = failed
 
 
+STAGING_BLOCK = 4096  # the filesystem block a released range is widened to (where nothing else is held)
 MERGE_GAP = 4096  # ranges this close are fetched as one (the gap's bytes too): the payloads of a Base64 chunk
 
 

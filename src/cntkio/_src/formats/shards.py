@@ -147,6 +147,10 @@ class ShardedDeserializer(IndexedDeserializer):
         shard, local = self._shard_of_chunk(chunk_id)
         shard.prefetch_chunk(local)
 
+    def cancel_prefetch(self, chunk_id: int) -> None:
+        shard, local = self._shard_of_chunk(chunk_id)
+        shard.cancel_prefetch(local)
+
     def chunk_file_bytes(self) -> np.ndarray | None:
         """The shards' chunk sizes in shard order (None if a shard's format does not know them)."""
         parts = [shard.chunk_file_bytes() for shard in self.shards]

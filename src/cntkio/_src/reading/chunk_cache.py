@@ -101,6 +101,7 @@ class ChunkCache:
         self._queued = self._busy = 0  # loads waiting for a parse thread, and loads running
         self._deferred = 0  # of the queued loads: those asked for again while another loader worker parses them
         self._awaited: set[int] = set()  # ids of the futures the reading thread waits for
+        self._hinted: set[ChunkKey] = set()  # slots whose bytes were asked for ahead, not loaded since
         self._lock = threading.Lock()
         self._closed = False
         self.loader: ChunkLoader = ParseHere()
@@ -155,20 +156,31 @@ class ChunkCache:
 
     def fetch_ahead(self, plan: list[tuple[np.ndarray, np.ndarray]]) -> None:
         """Chunks to load after those prefetched (as :meth:`prefetch` takes them): the bytes of those not loaded
-        start arriving, if they are remote and this process reads them (:meth:`Deserializer.prefetch_chunk`)."""
+        start arriving, if they are remote and this process reads them (:meth:`Deserializer.prefetch_chunk`).
+        Chunks asked for ahead before, now neither in ``plan`` nor being loaded, are let go."""
         if not self.loader.reads_here:
             return
+        wanted: set[ChunkKey] = set()
         for number, (slots, sweeps) in enumerate(plan):
             missing = np.flatnonzero(self._held[number][slots] != sweeps)
-            for slot in slots[missing].tolist():
-                self._hint(number, slot)
+            wanted.update((number, slot) for slot in slots[missing].tolist())
+        with self._lock:
+            new, gone = wanted - self._hinted, {k for k in self._hinted - wanted if k not in self._futures}
+            self._hinted = (self._hinted - gone) | new
+        for number, slot in sorted(gone):
+            self._hint(number, slot, cancel=True)
+        for number, slot in sorted(new):
+            self._hint(number, slot)
 
-    def _hint(self, number: int, slot: int) -> None:
+    def _hint(self, number: int, slot: int, *, cancel: bool = False) -> None:
         deserializer, chunk_id = self.corpus.slot_source(number, slot)[:2]
         try:
-            deserializer.prefetch_chunk(chunk_id)  # (remote data: its bytes arrive while earlier chunks parse)
+            if cancel:
+                deserializer.cancel_prefetch(chunk_id)
+            else:
+                deserializer.prefetch_chunk(chunk_id)  # (remote data: its bytes arrive while earlier chunks parse)
         except Exception as error:  # (a hint: the load reads the chunk and reports what fails)
-            logger.debug("prefetching chunk %d of %s failed: %s", chunk_id, deserializer.source_name, error)
+            logger.debug("prefetch hint for chunk %d of %s failed: %s", chunk_id, deserializer.source_name, error)
 
     def _submit(self, key: LoadKey, future: Future[None], deferred: bool = False) -> None:
         assert self._executor is not None
@@ -176,6 +188,8 @@ class ChunkCache:
             self._queued += 1  # loads submitted and not started: they will want a thread of their own
             self._deferred += deferred
         if not deferred and self.loader.reads_here:
+            with self._lock:
+                self._hinted.add(key[:2])
             self._hint(key[0], key[1])
         self._executor.submit(self._load_into, key, future, True, deferred)
 
@@ -296,6 +310,8 @@ class ChunkCache:
             data = self.loader.load((number, chunk_id, sweep), parse, wait=waits)
             if data is None:
                 return False
+        with self._lock:
+            self._hinted.discard((number, slot))  # (its read took over what was fetched ahead)
         loading = time.perf_counter()
         starts = deserializer.sequence_index().chunk_starts
         sequences = int(starts[chunk_id + 1] - starts[chunk_id])
@@ -324,6 +340,10 @@ class ChunkCache:
             pending = [f for _, f in self._futures.values() if not f.done()]
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)  # the loads that ran are done
+        with self._lock:
+            hinted, self._hinted = self._hinted, set()
+        for number, slot in sorted(hinted):  # remote bytes fetched ahead for chunks no load will read: let go
+            self._hint(number, slot, cancel=True)
             for future in pending:
                 if not future.done():  # a load cancelled before it started: whoever waits for it hears why
                     future.set_exception(ValueError("the source is closed"))
