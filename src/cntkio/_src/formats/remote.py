@@ -549,12 +549,16 @@ class _Staging:
                 if ahead.started:
                     running.append(ahead.done)
                 else:
-                    ahead.cancelled = True
-                    del self._ahead[token]
-                    del self._held[token]  # (nothing was fetched into them)
-                    ahead.done.set()
+                    self._cancel_queued(token, ahead)
         for done in running:
             done.wait()
+
+    def _cancel_queued(self, token: int, ahead: _Ahead) -> None:
+        """Forgets a fetch ahead none of whose parts started (the lock is held): nothing was fetched into it."""
+        ahead.cancelled = True
+        del self._ahead[token]
+        del self._held[token]
+        ahead.done.set()
 
     def drop_ahead(self, spans: list[tuple[int, int]]) -> None:
         """The fetches ahead lying within ``spans`` will not be read (the reader dropped their chunk): those queued
@@ -570,10 +574,7 @@ class _Staging:
                 elif ahead.started:
                     ahead.cancelled = True
                 else:
-                    ahead.cancelled = True
-                    del self._ahead[token]
-                    del self._held[token]  # (nothing was fetched into them)
-                    ahead.done.set()
+                    self._cancel_queued(token, ahead)
         for token in fetched:
             self.release(token)
 
