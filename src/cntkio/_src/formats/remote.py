@@ -179,7 +179,7 @@ _counts = [0, 0, 0, 0, 0]
 _counts_lock = threading.Lock()
 
 
-def _reset_counts_lock() -> None:  # (a forked child: the locks may have been held by another thread)
+def _reset_locks() -> None:  # (a forked child: the locks may have been held by another thread)
     global _counts_lock, _fetcher_lock
     _counts_lock = threading.Lock()
     _fetcher_lock = threading.Lock()
@@ -210,7 +210,7 @@ def _inert_parent_loop() -> None:
 
 
 def _reset_in_child() -> None:
-    _reset_counts_lock()
+    _reset_locks()
     _inert_parent_loop()
 
 
@@ -438,8 +438,7 @@ class RemoteObject:
         if not _SETTINGS.fetch_ahead:
             return
         staging = self._stage_file()
-        spans = _merged([(max(0, int(a)), min(self.size, int(b))) for a, b in ranges])
-        held = staging.hold_ahead(spans, _SETTINGS.part_bytes)
+        held = staging.hold_ahead(self.spans(ranges), _SETTINGS.part_bytes)
         if held is None:
             return
         token, pieces = held
@@ -452,13 +451,17 @@ class RemoteObject:
                     staging.end_ahead_part(token, False)
                 break
 
+    def spans(self, ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+        """``ranges`` within the object, merged (:func:`_merged`)."""
+        return _merged([(max(0, int(a)), min(self.size, int(b))) for a, b in ranges])
+
     def cancel_prefetch(self, ranges: list[tuple[int, int]]) -> None:
         """The read :meth:`prefetch` announced for ``ranges`` will not come: what was fetched ahead within them is
         released, what is queued is not fetched."""
         with self._guard():
             staging = self._staging if self._staging is not None and self._staging.pid == os.getpid() else None
         if staging is not None:
-            staging.drop_ahead(_merged([(max(0, int(a)), min(self.size, int(b))) for a, b in ranges]))
+            staging.drop_ahead(self.spans(ranges))
 
     def close(self) -> None:
         with self._guard():
@@ -561,8 +564,9 @@ class _Staging:
         ahead.done.set()
 
     def drop_ahead(self, spans: list[tuple[int, int]]) -> None:
-        """The fetches ahead lying within ``spans`` will not be read (the reader dropped their chunk): those queued
-        never run, those running are let go when they end, those fetched are released."""
+        """The fetches ahead lying within ``spans`` are done with: a read of them took them over, or their read will
+        not come (the reader dropped their chunk). Those queued never run, those running are let go when they end,
+        those fetched are released."""
         fetched = []
         with self._lock:
             for token, ahead in list(self._ahead.items()):
@@ -577,23 +581,6 @@ class _Staging:
                     self._cancel_queued(token, ahead)
         for token in fetched:
             self.release(token)
-
-    def adopt_ahead(self, spans: list[tuple[int, int]]) -> None:
-        """After a read of ``spans``: the fetches ahead it read (lying within them) are let go."""
-        with self._lock:
-            taken = [
-                token
-                for token, ahead in self._ahead.items()
-                if ahead.done.is_set() and all(_subtract(span, spans) == [] for span in self._held[token][0])
-            ]
-            for token in taken:
-                del self._ahead[token]
-        for token in taken:
-            self.release(token)
-
-    def spans_of(self, token: int) -> list[tuple[int, int]]:
-        with self._lock:
-            return self._held[token][0]
 
     def missing(self, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
         """The pieces of ``spans`` no ready range holds."""
@@ -654,24 +641,24 @@ class _Staging:
 def staged_together(requests: Sequence[tuple[RemoteObject, list[tuple[int, int]]]]) -> Iterator[None]:
     """:meth:`RemoteObject.staged` for several objects at once (a chunk of HTK features in many files): their
     missing ranges fetched together, ``concurrency`` parts at a time whatever object they belong to."""
-    held: list[tuple[_Staging, int]] = []
+    held: list[tuple[_Staging, int, list[tuple[int, int]]]] = []
     try:
         parts: list[_Part] = []
         for owner, ranges in requests:
             staging = owner._stage_file()
-            spans = _merged([(max(0, int(a)), min(owner.size, int(b))) for a, b in ranges])
-            held.append((staging, staging.hold(spans)))
+            spans = owner.spans(ranges)
+            held.append((staging, staging.hold(spans), spans))
             staging.await_ahead(spans)
             parts += _parts(owner, staging, staging.missing(spans))
         batch = _SETTINGS.concurrency
         for first in range(0, len(parts), batch):  # (at most `concurrency` parts in memory; each batch written)
             _fetch_parts(parts[first : first + batch])
-        for staging, token in held:
+        for staging, token, _ in held:
             staging.mark_ready(token)
         yield
     finally:
-        for staging, token in held:
-            staging.adopt_ahead(staging.spans_of(token))
+        for staging, token, spans in held:
+            staging.drop_ahead(spans)  # (the fetches ahead this read took over)
             staging.release(token)
 
 

@@ -184,12 +184,13 @@ class ChunkCache:
 
     def _submit(self, key: LoadKey, future: Future[None], deferred: bool = False) -> None:
         assert self._executor is not None
+        hint = not deferred and self.loader.reads_here
         with self._lock:
             self._queued += 1  # loads submitted and not started: they will want a thread of their own
             self._deferred += deferred
-        if not deferred and self.loader.reads_here:
-            with self._lock:
+            if hint:
                 self._hinted.add(key[:2])
+        if hint:
             self._hint(key[0], key[1])
         self._executor.submit(self._load_into, key, future, True, deferred)
 
@@ -340,13 +341,13 @@ class ChunkCache:
             pending = [f for _, f in self._futures.values() if not f.done()]
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)  # the loads that ran are done
+            for future in pending:
+                if not future.done():  # a load cancelled before it started: whoever waits for it hears why
+                    future.set_exception(ValueError("the source is closed"))
         with self._lock:
             hinted, self._hinted = self._hinted, set()
         for number, slot in sorted(hinted):  # remote bytes fetched ahead for chunks no load will read: let go
             self._hint(number, slot, cancel=True)
-            for future in pending:
-                if not future.done():  # a load cancelled before it started: whoever waits for it hears why
-                    future.set_exception(ValueError("the source is closed"))
         with self._lock:
             for (number, slot), (_, future) in list(self._futures.items()):
                 if future.done():
